@@ -1,0 +1,103 @@
+// Package backend provides the connectors that carry JSON-RPC messages
+// between the relay and the MCP server it fronts.
+//
+// Every connector is an [Upstream]: a Streamable HTTP endpoint reached
+// through an [http.Client]. The server may be remote ([Remote]), or an
+// [http.Handler] in the same process reached without a socket ([Handler],
+// [SDK]). An HTTP backend tells the relay for free which client request each
+// server message belongs to: each upstream POST's SSE stream carries exactly
+// that request's messages, and the upstream GET stream carries the rest.
+//
+//	up := backend.SDK(myServer, nil) // an official-Go-SDK *mcp.Server, both protocol eras
+//	h, _ := relay.New(relay.Options{Upstream: up})
+//	http.Handle("/mcp", h)
+package backend
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Upstream is a Streamable HTTP MCP server the relay talks to.
+type Upstream struct {
+	// URL is the server's MCP endpoint, used for session-based (legacy era)
+	// traffic: initialize, POST, GET and DELETE with Mcp-Session-Id.
+	URL string
+
+	// StatelessURL receives stateless (2026-07-28) requests, which the relay
+	// passes through without a session. Empty means URL: a dual-era server
+	// serves both on one endpoint.
+	StatelessURL string
+
+	// Client sends the requests. Nil means a client on
+	// http.DefaultTransport. It must not set a Timeout: streams are long.
+	Client *http.Client
+}
+
+// HTTPClient returns u.Client, or a default client if it is nil.
+func (u *Upstream) HTTPClient() *http.Client {
+	if u.Client != nil {
+		return u.Client
+	}
+	return http.DefaultClient
+}
+
+// Stateless returns the endpoint for stateless (2026-07-28) requests.
+func (u *Upstream) Stateless() string {
+	if u.StatelessURL != "" {
+		return u.StatelessURL
+	}
+	return u.URL
+}
+
+// Remote returns an upstream for the MCP server at url.
+func Remote(url string) *Upstream {
+	return &Upstream{URL: url}
+}
+
+// inProcessURL is the URL the in-process upstreams answer on; the host
+// name is never resolved.
+const inProcessURL = "http://in-process.mcprelay.invalid/mcp"
+
+// Handler returns an upstream that serves both eras with h, in process.
+func Handler(h http.Handler) *Upstream {
+	return &Upstream{URL: inProcessURL, Client: &http.Client{Transport: InProcess(h)}}
+}
+
+// SDK returns an in-process upstream for an official-Go-SDK server. Session
+// traffic goes to a stateful [mcp.StreamableHTTPHandler]; stateless
+// (2026-07-28) requests go to a stateless one over the same server, with
+// request cancellation tied to the client's connection as that revision
+// requires. opts (nil for defaults) configures the stateful handler; the
+// relay does its own resumption, so opts.EventStore is normally nil.
+func SDK(s *mcp.Server, opts *mcp.StreamableHTTPOptions) *Upstream {
+	return &Upstream{
+		URL:          inProcessURL,
+		StatelessURL: inProcessURL + "/stateless",
+		Client:       &http.Client{Transport: InProcess(SDKHandler(s, opts))},
+	}
+}
+
+// SDKHandler returns the http.Handler behind [SDK]: a stateful SDK handler
+// on every path but ".../stateless", which gets a stateless one.
+func SDKHandler(s *mcp.Server, opts *mcp.StreamableHTTPOptions) http.Handler {
+	var o mcp.StreamableHTTPOptions
+	if opts != nil {
+		o = *opts
+	}
+	stateful := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &o)
+	so := o
+	so.Stateless = true
+	so.EventStore = nil
+	so.PropagateRequestCancellation = true
+	stateless := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &so)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/stateless") {
+			stateless.ServeHTTP(w, r)
+			return
+		}
+		stateful.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,158 @@
+package backend
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+)
+
+// InProcess returns an [http.RoundTripper] that answers every request by
+// calling h.ServeHTTP in a new goroutine: no socket, no serialization beyond
+// the request and response bodies.
+//
+// Responses stream: the *http.Response is returned as soon as the handler
+// writes its header (explicitly, by a first Write, or by a Flush), and its
+// Body yields what the handler writes as it writes it. Closing the Body, or
+// cancelling the request's context, cancels the context the handler sees and
+// makes its further writes fail, as a closed TCP connection would.
+func InProcess(h http.Handler) http.RoundTripper {
+	return inProcess{h}
+}
+
+type inProcess struct{ h http.Handler }
+
+// errClientGone is what a handler's Write returns once the caller closed the
+// response body or cancelled the request.
+var errClientGone = errors.New("backend: in-process client closed the response")
+
+func (t inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx, cancel := context.WithCancelCause(req.Context())
+	sreq := req.Clone(ctx)
+	sreq.RequestURI = req.URL.RequestURI()
+	sreq.RemoteAddr = "in-process"
+	if sreq.Host == "" {
+		sreq.Host = req.URL.Host
+	}
+	if sreq.Body == nil {
+		sreq.Body = http.NoBody
+	}
+	pr, pw := io.Pipe()
+	w := &pipeWriter{
+		header:  make(http.Header),
+		pw:      pw,
+		ready:   make(chan struct{}),
+		request: req,
+		body:    &pipeBody{pr: pr, cancel: cancel},
+	}
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					pw.CloseWithError(io.ErrUnexpectedEOF)
+				} else {
+					pw.CloseWithError(fmt.Errorf("backend: in-process handler panicked: %v", p))
+				}
+				w.sendHeader(http.StatusInternalServerError)
+				cancel(errClientGone)
+				return
+			}
+			w.sendHeader(http.StatusOK)
+			pw.Close()
+			cancel(errClientGone)
+		}()
+		t.h.ServeHTTP(w, sreq)
+	}()
+	select {
+	case <-w.ready:
+		return w.resp, nil
+	case <-ctx.Done():
+		// The caller cancelled before the handler answered. Wait for the
+		// handler to notice so that no goroutine is left writing to a pipe
+		// nobody reads: its writes now fail.
+		pr.CloseWithError(context.Cause(ctx))
+		return nil, context.Cause(ctx)
+	}
+}
+
+// pipeWriter is the http.ResponseWriter the handler writes to.
+type pipeWriter struct {
+	header  http.Header
+	pw      *io.PipeWriter
+	request *http.Request
+	body    *pipeBody
+
+	once  sync.Once
+	ready chan struct{}
+	resp  *http.Response
+}
+
+func (w *pipeWriter) Header() http.Header { return w.header }
+
+func (w *pipeWriter) WriteHeader(code int) {
+	if code >= 100 && code < 200 {
+		return // informational responses are not forwarded
+	}
+	w.sendHeader(code)
+}
+
+func (w *pipeWriter) sendHeader(code int) {
+	w.once.Do(func() {
+		h := w.header.Clone()
+		cl := int64(-1)
+		if v := h.Get("Content-Length"); v != "" {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				cl = n
+			}
+		}
+		w.resp = &http.Response{
+			Status:        fmt.Sprintf("%d %s", code, http.StatusText(code)),
+			StatusCode:    code,
+			Proto:         "HTTP/1.1",
+			ProtoMajor:    1,
+			ProtoMinor:    1,
+			Header:        h,
+			Body:          w.body,
+			ContentLength: cl,
+			Request:       w.request,
+		}
+		close(w.ready)
+	})
+}
+
+func (w *pipeWriter) Write(p []byte) (int, error) {
+	w.sendHeader(http.StatusOK)
+	n, err := w.pw.Write(p)
+	if err != nil {
+		return n, errClientGone
+	}
+	return n, nil
+}
+
+// Flush sends the header if it was not sent yet. Writes reach the reader
+// unbuffered, so there is nothing else to flush.
+func (w *pipeWriter) Flush() { w.sendHeader(http.StatusOK) }
+
+// Hijack is not possible without a connection.
+func (w *pipeWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return nil, nil, errors.New("backend: in-process response cannot be hijacked")
+}
+
+// pipeBody is the response body the caller reads.
+type pipeBody struct {
+	pr     *io.PipeReader
+	cancel context.CancelCauseFunc
+}
+
+func (b *pipeBody) Read(p []byte) (int, error) { return b.pr.Read(p) }
+
+func (b *pipeBody) Close() error {
+	b.cancel(errClientGone)
+	b.pr.CloseWithError(errClientGone)
+	return nil
+}

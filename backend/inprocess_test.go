@@ -1,0 +1,111 @@
+package backend
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestInProcessStreams(t *testing.T) {
+	step := make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Test") != "yes" {
+			t.Errorf("header not carried: %q", r.Header.Get("X-Test"))
+		}
+		body, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusAccepted)
+		io.WriteString(w, "first "+string(body)+"\n")
+		w.(http.Flusher).Flush()
+		<-step
+		io.WriteString(w, "second\n")
+	})
+	c := &http.Client{Transport: InProcess(h)}
+	req, _ := http.NewRequest("POST", "http://x/mcp", strings.NewReader("hello"))
+	req.Header.Set("X-Test", "yes")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("got %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	br := bufio.NewReader(resp.Body)
+	line, err := br.ReadString('\n')
+	if err != nil || line != "first hello\n" {
+		t.Fatalf("first line %q, %v", line, err)
+	}
+	close(step) // the second write happens only after the first was read: streaming, not buffered
+	rest, err := io.ReadAll(br)
+	if err != nil || string(rest) != "second\n" {
+		t.Fatalf("rest %q, %v", rest, err)
+	}
+}
+
+func TestInProcessCloseCancelsHandler(t *testing.T) {
+	done := make(chan error, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+		_, err := w.Write([]byte("too late"))
+		done <- err
+	})
+	c := &http.Client{Transport: InProcess(h)}
+	resp, err := c.Get("http://x/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("write after the client closed the body succeeded")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("handler context was not cancelled by closing the body")
+	}
+}
+
+func TestInProcessCancelBeforeHeader(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://x/", nil)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := InProcess(h).RoundTrip(req)
+		errc <- err
+	}()
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want context.Canceled", err)
+	}
+}
+
+func TestInProcessEmptyAndPanic(t *testing.T) {
+	c := &http.Client{Transport: InProcess(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))}
+	resp, err := c.Get("http://x/")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("empty handler: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	c = &http.Client{Transport: InProcess(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") }))}
+	resp, err = c.Get("http://x/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 500 {
+		t.Fatalf("panic: status %d", resp.StatusCode)
+	}
+	if _, err := io.ReadAll(resp.Body); err == nil {
+		t.Fatal("panic: body read without error")
+	}
+}
