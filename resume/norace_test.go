@@ -1,0 +1,5 @@
+//go:build !race
+
+package resume
+
+const raceEnabled = false
