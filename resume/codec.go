@@ -40,7 +40,7 @@ var domainTag = []byte(domainText)
 var b64 = base64.RawURLEncoding.Strict()
 
 // StreamKey names one stream; 16 random bytes minted by the relay.
-type StreamKey [keyLen]byte
+type StreamKey [16]byte
 
 // NewStreamKey returns a fresh random key from crypto/rand. It panics only if
 // crypto/rand fails, which the runtime treats as fatal anyway.
