@@ -32,7 +32,12 @@ type inProcess struct{ h http.Handler }
 var errClientGone = errors.New("backend: in-process client closed the response")
 
 func (t inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
-	ctx, cancel := context.WithCancelCause(req.Context())
+	// The handler is not behind a listener: hide the caller's own server
+	// and local address (a relay request's context carries them), which
+	// handlers use for decisions such as DNS-rebinding protection.
+	ctx := context.WithValue(req.Context(), http.LocalAddrContextKey, nil)
+	ctx = context.WithValue(ctx, http.ServerContextKey, nil)
+	ctx, cancel := context.WithCancelCause(ctx)
 	sreq := req.Clone(ctx)
 	sreq.RequestURI = req.URL.RequestURI()
 	sreq.RemoteAddr = "in-process"
@@ -72,6 +77,11 @@ func (t inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
 	case <-w.ready:
 		return w.resp, nil
 	case <-ctx.Done():
+		select {
+		case <-w.ready: // the handler answered, then finished
+			return w.resp, nil
+		default:
+		}
 		// The caller cancelled before the handler answered. Wait for the
 		// handler to notice so that no goroutine is left writing to a pipe
 		// nobody reads: its writes now fail.

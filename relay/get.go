@@ -1,0 +1,432 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/mcprelay/mcprelay/eventlog"
+	"github.com/mcprelay/mcprelay/resume"
+	"github.com/mcprelay/mcprelay/sse"
+)
+
+func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request) {
+	if _, sseOK := accepts(r); !sseOK {
+		httpError(w, http.StatusNotAcceptable, "Accept must list text/event-stream")
+		return
+	}
+	sid := r.Header.Get(headerSessionID)
+	lei := r.Header.Get(headerLastEventID)
+	if sid == "" && r.Header.Get(headerProtocolVersion) >= version20260728 {
+		w.Header().Set("Allow", "POST")
+		httpError(w, http.StatusMethodNotAllowed, "Method Not Allowed: protocol "+version20260728+" has no GET stream")
+		return
+	}
+	var s *session
+	if sid != "" {
+		s = h.lookup(r, sid)
+	}
+	if s != nil && !h.checkVersion(w, r, s) {
+		return
+	}
+	if s != nil && lei == "" {
+		// A new standalone stream: what no connection has been given yet,
+		// then live.
+		s.mu.Lock()
+		st := s.standalone
+		s.mu.Unlock()
+		st.mu.Lock()
+		from := st.delivered
+		st.mu.Unlock()
+		h.serveStream(w, r, s, plan{key: st.key, gen: st.gen, from: from, then: resume.Live, priming: primes(s)})
+		return
+	}
+	in := resume.Input{HasSessionHeader: sid != ""}
+	if s != nil {
+		gen, _ := s.current()
+		in.Session = &resume.Session{ID: s.id, Incarnation: gen}
+		in.Cursor, in.CursorErr = h.codec.Parse(lei)
+		if in.CursorErr == nil {
+			rec, _, err := h.store.Read(r.Context(), in.Cursor.Stream.String(), math.MaxUint64, 0, nil)
+			switch {
+			case err == nil:
+				in.Stream = &resume.Stream{
+					Session:    rec.Session,
+					Generation: rec.Generation,
+					Standalone: rec.RequestID == nil,
+					FirstSeq:   rec.FirstSeq,
+					LastSeq:    rec.LastSeq,
+					Terminal:   rec.Terminal,
+				}
+			case !errors.Is(err, eventlog.ErrNotFound):
+				httpError(w, http.StatusInternalServerError, "event log: "+err.Error())
+				return
+			}
+		}
+	}
+	d := resume.Decide(in)
+	h.counts.add("resume/" + itoa(d.Status) + "/" + d.Reason)
+	attrs := []any{logSession, sid, logCursor, lei, logRow, d.Row, logStatus, d.Status, logReason, d.Reason}
+	switch {
+	case d.Status == http.StatusConflict:
+		h.log.Warn("tenant isolation: cursor of another session's stream", attrs...)
+	case d.Status >= 400:
+		h.log.Info("resume rejected", attrs...)
+	default:
+		h.log.Debug("resume", attrs...)
+	}
+	switch d.Status {
+	case http.StatusBadRequest:
+		httpError(w, d.Status, "Bad Request: "+rejectText[d.Reason])
+		return
+	case http.StatusNotFound:
+		httpError(w, d.Status, "Not Found: unknown or expired session; initialize a new one")
+		return
+	case http.StatusConflict:
+		httpError(w, d.Status, "Conflict: Last-Event-ID belongs to another session")
+		return
+	case http.StatusNoContent:
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	p := plan{
+		key:         in.Cursor.Stream,
+		gen:         in.Cursor.Generation,
+		from:        in.Cursor.Seq,
+		resetBefore: d.ResetBefore,
+		resetAfter:  d.ResetAfter,
+		then:        d.Then,
+	}
+	p.none = !d.Replay
+	if in.Stream != nil {
+		p.gen = in.Stream.Generation
+		p.upTo = in.Stream.LastSeq
+	}
+	h.serveStream(w, r, s, p)
+}
+
+var rejectText = map[string]string{
+	"missing_session":  "Mcp-Session-Id header is required",
+	"malformed_cursor": "Last-Event-ID is malformed",
+	"forged_cursor":    "Last-Event-ID was not issued by this relay",
+	"future_cursor":    "Last-Event-ID is ahead of its stream",
+}
+
+func (h *Handler) serveDELETE(w http.ResponseWriter, r *http.Request) {
+	sid := r.Header.Get(headerSessionID)
+	if sid == "" {
+		httpError(w, http.StatusBadRequest, "Bad Request: Mcp-Session-Id header is required")
+		return
+	}
+	s := h.lookup(r, sid)
+	if s == nil {
+		httpError(w, http.StatusNotFound, "Not Found: unknown or expired session")
+		return
+	}
+	h.endSession(s, "deleted by the client")
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// primes reports whether streams of s start with a priming event and may
+// be closed early with retry: clients at 2025-11-25 or later, as
+// negotiated (never as the header says; see checkVersion).
+func primes(s *session) bool { return s.version >= version20251125 }
+
+// plan says what one client connection of a stream gets.
+type plan struct {
+	key         resume.StreamKey
+	gen         uint64
+	from        uint64 // deliver events with Seq > from
+	none        bool   // nothing to deliver after the resets
+	upTo        uint64 // with then != Live: the replay ends after this seq
+	resetBefore string
+	resetAfter  string
+	then        resume.Next
+	priming     bool
+}
+
+// replayBatch is how many events one log read returns.
+const replayBatch = 256
+
+// serveStream writes a stream to the client as SSE: priming event, resets,
+// replay from the log, then live events as they are logged, until the
+// stream ends, the connection is taken over, the client leaves, the poll
+// interval passes, or the relay shuts down.
+func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, s *session, p plan) {
+	hdr := w.Header()
+	hdr.Set("Content-Type", "text/event-stream")
+	hdr.Set("Cache-Control", "no-cache, no-transform")
+	hdr.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	s.open.Add(1)
+	defer s.open.Add(-1)
+	defer s.touch()
+
+	c := &sseConn{w: w, rc: http.NewResponseController(w), codec: h.codec}
+	ctx := r.Context()
+	if p.priming {
+		c.id(p.key, p.gen, p.from, 0, true)
+	}
+	if p.resetBefore != "" {
+		c.reset(resetData{Reason: p.resetBefore, Stream: p.key.String(), Generation: p.gen})
+	}
+	if p.none {
+		c.flush()
+		return
+	}
+	var pollC <-chan time.Time
+	if h.opts.PollInterval > 0 && primes(s) {
+		t := time.NewTimer(h.opts.PollInterval)
+		defer t.Stop()
+		pollC = t.C
+	}
+	buf := make([]eventlog.Event, 0, replayBatch)
+	for {
+		key := p.key.String()
+		st := h.liveStream(key)
+		var a *attachment
+		if st != nil {
+			a = &attachment{kick: make(chan struct{})}
+			st.attach(a)
+		}
+		next, ok := h.follow(ctx, c, s, st, a, key, &p, buf, pollC)
+		if st != nil {
+			st.detach(a)
+		}
+		if !ok || next == nil {
+			c.flush()
+			return
+		}
+		p = *next
+	}
+}
+
+// follow serves one stream of a connection. It returns the plan of the
+// stream to switch to (the session's new standalone stream after a
+// generation change), or nil when the connection is done.
+func (h *Handler) follow(ctx context.Context, c *sseConn, s *session, st *stream, a *attachment, key string, p *plan, buf []eventlog.Event, pollC <-chan time.Time) (*plan, bool) {
+	cursor := p.from
+	gapSent := p.resetBefore == ReasonGap
+	lastType := ""
+	for {
+		rec, evs, err := h.store.Read(ctx, key, cursor, replayBatch, buf[:0])
+		if err != nil {
+			if errors.Is(err, eventlog.ErrNotFound) && !s.isClosed() {
+				c.reset(resetData{Reason: ReasonUnknownStream, Stream: key, Generation: p.gen})
+			}
+			return nil, false
+		}
+		if rec.FirstSeq > cursor+1 {
+			// Events this connection never saw were evicted: never skip
+			// them silently.
+			if !gapSent {
+				c.reset(resetData{Reason: ReasonGap, Stream: key, Generation: p.gen})
+			}
+			cursor = rec.FirstSeq - 1
+		}
+		gapSent = false
+		if p.then != resume.Live && len(evs) > 0 && evs[len(evs)-1].Seq > p.upTo {
+			// Replay-only: stop at the seal.
+			n := 0
+			for n < len(evs) && evs[n].Seq <= p.upTo {
+				n++
+			}
+			evs = evs[:n]
+		}
+		for _, ev := range evs {
+			c.event(p.key, p.gen, ev)
+			cursor = ev.Seq
+			lastType = ev.Type
+		}
+		if st != nil && len(evs) > 0 {
+			st.mu.Lock()
+			st.delivered = max(st.delivered, cursor)
+			st.mu.Unlock()
+		}
+		if len(evs) == replayBatch {
+			if c.err != nil {
+				return nil, false
+			}
+			continue
+		}
+		if c.flush() != nil {
+			return nil, false
+		}
+		if p.then != resume.Live && cursor >= p.upTo {
+			if p.resetAfter != "" && lastType != "reset" {
+				c.reset(resetData{Reason: p.resetAfter, Stream: key, Generation: p.gen})
+			}
+			if p.then == resume.CurrentStandalone {
+				return h.switchStandalone(s)
+			}
+			return nil, true
+		}
+		if rec.Terminal && cursor >= rec.LastSeq {
+			if rec.RequestID == nil {
+				// A sealed standalone stream: carry on with the
+				// session's current one.
+				return h.switchStandalone(s)
+			}
+			return nil, true
+		}
+		if st == nil {
+			return nil, true // not live here: nothing more will come
+		}
+		st.mu.Lock()
+		poll := st.poll
+		st.mu.Unlock()
+		if poll > 0 && primes(s) {
+			c.retry(p.key, p.gen, cursor, poll)
+			return nil, true
+		}
+		select {
+		case <-st.wake:
+		case <-a.kick:
+			return nil, true
+		case <-ctx.Done():
+			return nil, false
+		case <-h.shutdown:
+			c.retry(p.key, p.gen, cursor, max(h.opts.PollInterval, time.Second))
+			return nil, true
+		case <-pollC:
+			c.retry(p.key, p.gen, cursor, h.opts.PollInterval)
+			return nil, true
+		}
+	}
+}
+
+// switchStandalone returns the plan of the session's current standalone
+// stream, from its start.
+func (h *Handler) switchStandalone(s *session) (*plan, bool) {
+	s.mu.Lock()
+	st := s.standalone
+	closed := s.closed
+	s.mu.Unlock()
+	if closed || st == nil {
+		return nil, true
+	}
+	return &plan{key: st.key, gen: st.gen, from: 0, then: resume.Live}, true
+}
+
+func (s *session) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// sseConn buffers SSE output to one client connection.
+type sseConn struct {
+	w     http.ResponseWriter
+	rc    *http.ResponseController
+	codec *resume.Codec
+	buf   []byte
+	idBuf []byte
+	err   error
+}
+
+func (c *sseConn) id(key resume.StreamKey, gen, seq uint64, retry time.Duration, emptyData bool) {
+	c.idBuf = c.codec.AppendID(c.idBuf[:0], resume.Cursor{Stream: key, Generation: gen, Seq: seq})
+	e := sse.Event{ID: string(c.idBuf), Retry: retry}
+	if emptyData {
+		e.Data = []byte{}
+	}
+	c.buf = sse.AppendEvent(c.buf, e)
+}
+
+func (c *sseConn) event(key resume.StreamKey, gen uint64, ev eventlog.Event) {
+	c.idBuf = c.codec.AppendID(c.idBuf[:0], resume.Cursor{Stream: key, Generation: gen, Seq: ev.Seq})
+	c.buf = sse.AppendEvent(c.buf, sse.Event{ID: string(c.idBuf), Type: ev.Type, Data: ev.Data})
+	if len(c.buf) >= 32<<10 {
+		c.write()
+	}
+}
+
+func (c *sseConn) reset(d resetData) {
+	c.buf = sse.AppendEvent(c.buf, sse.Event{Type: "reset", Data: d.marshal()})
+}
+
+// retry tells the client to come back (polling, shutdown) and ends.
+func (c *sseConn) retry(key resume.StreamKey, gen, seq uint64, d time.Duration) {
+	c.id(key, gen, seq, d, false)
+	c.flush()
+}
+
+func (c *sseConn) write() {
+	if c.err == nil && len(c.buf) > 0 {
+		_, c.err = c.w.Write(c.buf)
+	}
+	c.buf = c.buf[:0]
+}
+
+func (c *sseConn) flush() error {
+	c.write()
+	if c.err == nil {
+		c.err = c.rc.Flush()
+	}
+	return c.err
+}
+
+// passThrough serves a stateless (2026-07-28) request: forwarded as is to
+// the backend's stateless endpoint, the answer streamed back. The client
+// closing its connection cancels the upstream request, as that revision
+// requires. No session, no event IDs, nothing logged.
+func (h *Handler) passThrough(w http.ResponseWriter, r *http.Request, body []byte) {
+	req, err := http.NewRequestWithContext(r.Context(), http.MethodPost, h.up.Stateless(), bytesReader(body))
+	if err != nil {
+		httpError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	for k, vs := range r.Header {
+		if hopByHop[http.CanonicalHeaderKey(k)] {
+			continue
+		}
+		req.Header[k] = vs
+	}
+	resp, err := h.up.HTTPClient().Do(req)
+	if err != nil {
+		writeJSONError(w, http.StatusBadGateway, nil, -32603, "backend unavailable: "+err.Error())
+		return
+	}
+	defer resp.Body.Close()
+	for k, vs := range resp.Header {
+		if hopByHop[http.CanonicalHeaderKey(k)] || k == "Content-Length" {
+			continue
+		}
+		w.Header()[k] = vs
+	}
+	w.WriteHeader(resp.StatusCode)
+	copyBody(w, resp.Body, 32<<10)
+}
+
+var hopByHop = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true, "Proxy-Authorization": true,
+	"Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true, "Host": true,
+	"Content-Length": true, "Accept-Encoding": true,
+}
+
+// copyBody streams body to w, flushing after each read.
+func copyBody(w http.ResponseWriter, body io.Reader, size int) {
+	rc := http.NewResponseController(w)
+	buf := make([]byte, size)
+	for {
+		n, err := body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return
+			}
+			rc.Flush()
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
+
+func itoa(n int) string { return strconv.Itoa(n) }

@@ -1,0 +1,325 @@
+package relay_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcprelay/mcprelay/backend"
+	"github.com/mcprelay/mcprelay/eventlog"
+	"github.com/mcprelay/mcprelay/relay"
+	"github.com/mcprelay/mcprelay/sse"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// testServer returns the MCP server the relay fronts in these tests. Its
+// "count" tool sends n progress notifications (log messages without a
+// progress token), interval apart, then answers "counted n"; it waits for
+// gate (if any) before answering.
+func testServer(gate <-chan struct{}) *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "relay-test", Version: "1"}, &mcp.ServerOptions{
+		Capabilities: &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{}},
+	})
+	type countArgs struct {
+		N          int `json:"n"`
+		IntervalMS int `json:"interval_ms,omitempty"`
+	}
+	mcp.AddTool(s, &mcp.Tool{Name: "count", Description: "count to n"}, func(ctx context.Context, req *mcp.CallToolRequest, a countArgs) (*mcp.CallToolResult, any, error) {
+		token := req.Params.GetProgressToken()
+		for i := 1; i <= a.N; i++ {
+			if token != nil {
+				if err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: float64(i), Total: float64(a.N), Message: fmt.Sprintf("step %d", i)}); err != nil {
+					return nil, nil, err
+				}
+			} else {
+				if err := req.Session.Log(ctx, &mcp.LoggingMessageParams{Level: "info", Data: fmt.Sprintf("step %d", i)}); err != nil {
+					return nil, nil, err
+				}
+			}
+			if a.IntervalMS > 0 {
+				select {
+				case <-ctx.Done():
+					return nil, nil, ctx.Err()
+				case <-time.After(time.Duration(a.IntervalMS) * time.Millisecond):
+				}
+			}
+		}
+		if gate != nil {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return nil, nil, ctx.Err()
+			}
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("counted %d", a.N)}}}, nil, nil
+	})
+	return s
+}
+
+// restartable is an in-process backend that can be "restarted": the old
+// server's in-flight requests are cut, as by a crash, and a new server
+// that knows no session takes over.
+type restartable struct {
+	mu     sync.Mutex
+	h      http.Handler
+	ctx    context.Context
+	cancel context.CancelFunc
+	make   func() http.Handler
+}
+
+func newRestartable(make func() http.Handler) *restartable {
+	r := &restartable{make: make}
+	r.restart()
+	return r
+}
+
+func (r *restartable) restart() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cancel != nil {
+		r.cancel()
+	}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	r.h = r.make()
+}
+
+func (r *restartable) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	r.mu.Lock()
+	h, ctx := r.h, r.ctx
+	r.mu.Unlock()
+	rctx, cancel := context.WithCancel(req.Context())
+	defer cancel()
+	stop := context.AfterFunc(ctx, cancel)
+	defer stop()
+	h.ServeHTTP(w, req.WithContext(rctx))
+}
+
+type env struct {
+	t       *testing.T
+	url     string
+	relay   *relay.Handler
+	backend *restartable
+	gate    chan struct{}
+}
+
+// newEnv starts a relay (in front of testServer, in process) on a real
+// loopback listener.
+func newEnv(t *testing.T, opts relay.Options) *env {
+	t.Helper()
+	e := &env{t: t, gate: make(chan struct{})}
+	e.backend = newRestartable(func() http.Handler { return backend.SDKHandler(testServer(nil), nil) })
+	if opts.Upstream == nil {
+		opts.Upstream = backend.Handler(e.backend)
+		opts.Upstream.StatelessURL = opts.Upstream.URL + "/stateless"
+	}
+	h, err := relay.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() {
+		h.Close()
+		srv.CloseClientConnections()
+		srv.Close()
+		e.backend.cancel()
+	})
+	e.relay = h
+	e.url = srv.URL
+	return e
+}
+
+func memStore(maxEvents int) eventlog.Store {
+	return eventlog.NewMemory(eventlog.Retention{MaxEvents: maxEvents})
+}
+
+// rawSession speaks the transport by hand, to observe exactly what the
+// relay sends.
+type rawSession struct {
+	e       *env
+	id      string
+	version string
+	auth    string
+	nextID  int
+}
+
+func (e *env) do(method string, hdr map[string]string, body string) *http.Response {
+	e.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, e.url, rd)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	for k, v := range hdr {
+		if v != "" {
+			req.Header.Set(k, v)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	e.t.Cleanup(cancel)
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+// initialize opens a session at version.
+func (e *env) initialize(version, auth string) *rawSession {
+	e.t.Helper()
+	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":%q,"capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`, version)
+	resp := e.do("POST", map[string]string{"Authorization": auth}, body)
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		e.t.Fatalf("initialize: %s %s", resp.Status, b)
+	}
+	io.Copy(io.Discard, resp.Body)
+	s := &rawSession{e: e, id: resp.Header.Get("Mcp-Session-Id"), version: version, auth: auth, nextID: 1}
+	if s.id == "" {
+		e.t.Fatal("initialize: no Mcp-Session-Id")
+	}
+	r := s.post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	if r.StatusCode != http.StatusAccepted {
+		e.t.Fatalf("initialized: %s %s", r.Status, readBody(e.t, r))
+	}
+	return s
+}
+
+func (s *rawSession) headers() map[string]string {
+	return map[string]string{"Mcp-Session-Id": s.id, "Mcp-Protocol-Version": s.version, "Authorization": s.auth}
+}
+
+func (s *rawSession) post(body string) *http.Response {
+	return s.e.do("POST", s.headers(), body)
+}
+
+// call starts a tools/call of count and returns its id and the SSE response.
+func (s *rawSession) call(n, intervalMS int, progress bool) (int, *http.Response) {
+	s.e.t.Helper()
+	id := s.nextID
+	s.nextID++
+	meta := ""
+	if progress {
+		meta = fmt.Sprintf(`,"_meta":{"progressToken":"p%d"}`, id)
+	}
+	resp := s.post(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"count","arguments":{"n":%d,"interval_ms":%d}%s}}`, id, n, intervalMS, meta))
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		b, _ := io.ReadAll(resp.Body)
+		s.e.t.Fatalf("tools/call: %s %q %s", resp.Status, resp.Header.Get("Content-Type"), b)
+	}
+	return id, resp
+}
+
+func (s *rawSession) get(lastEventID string) *http.Response {
+	h := s.headers()
+	h["Last-Event-ID"] = lastEventID
+	return s.e.do("GET", h, "")
+}
+
+// events reads SSE events until the body ends, n data events were read
+// (n > 0), or the timeout passes.
+func events(t *testing.T, resp *http.Response, n int, timeout time.Duration) (evs []sse.Event, ended bool) {
+	t.Helper()
+	type res struct {
+		evs   []sse.Event
+		ended bool
+	}
+	done := make(chan res, 1)
+	go func() {
+		sc := sse.NewScanner(resp.Body)
+		var out []sse.Event
+		data := 0
+		for {
+			ev, err := sc.Next()
+			if err != nil {
+				done <- res{out, errors.Is(err, io.EOF)}
+				return
+			}
+			out = append(out, ev)
+			if len(ev.Data) > 0 {
+				data++
+			}
+			if n > 0 && data >= n {
+				done <- res{out, false}
+				return
+			}
+		}
+	}()
+	select {
+	case r := <-done:
+		return r.evs, r.ended
+	case <-time.After(timeout):
+		resp.Body.Close()
+		r := <-done
+		return r.evs, false
+	}
+}
+
+// dataEvents keeps events with data.
+func dataEvents(evs []sse.Event) []sse.Event {
+	var out []sse.Event
+	for _, e := range evs {
+		if len(e.Data) > 0 {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// lastID returns the id of the last event with an id.
+func lastID(evs []sse.Event) string {
+	for i := len(evs) - 1; i >= 0; i-- {
+		if evs[i].ID != "" {
+			return evs[i].ID
+		}
+	}
+	return ""
+}
+
+type rpc struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Params struct {
+		Progress float64 `json:"progress"`
+		Data     any     `json:"data"`
+	} `json:"params"`
+	Result *struct {
+		Content []struct {
+			Text string `json:"text"`
+		} `json:"content"`
+	} `json:"result"`
+	Error *struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func decode(t *testing.T, data []byte) rpc {
+	t.Helper()
+	var m rpc
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatalf("decoding %q: %v", data, err)
+	}
+	return m
+}
+
+func readBody(t *testing.T, resp *http.Response) string {
+	b, _ := io.ReadAll(resp.Body)
+	return string(bytes.TrimSpace(b))
+}

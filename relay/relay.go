@@ -1,0 +1,373 @@
+// Package relay provides mcprelay's front end: an [http.Handler] that
+// serves the MCP Streamable HTTP transport in front of any MCP server, with
+// sessions and stream cursors scoped to their session and generation, and a
+// resume decision that always answers replay, explicit reset, or clear
+// rejection (see docs/design.md and DESIGN.md §3).
+//
+//	h, err := relay.New(relay.Options{Upstream: backend.SDK(server, nil)})
+//	if err != nil { ... }
+//	defer h.Close()
+//	http.Handle("/mcp", h)
+//
+// The relay owns everything the client sees: session IDs, streams, event
+// IDs, the event log, the resume decision, polling (retry), Origin checks
+// and limits. The backend only moves JSON-RPC messages.
+package relay
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mcprelay/mcprelay/backend"
+	"github.com/mcprelay/mcprelay/eventlog"
+	"github.com/mcprelay/mcprelay/resume"
+)
+
+// Options configures a [Handler]. The zero value of every field but
+// Upstream works.
+type Options struct {
+	// Upstream is the MCP server behind the relay. Required.
+	Upstream *backend.Upstream
+
+	// Store holds sessions and the event log. Nil means an in-memory store
+	// with default retention (eventlog.NewMemory).
+	Store eventlog.Store
+
+	// Secret keys the MAC carried by every event ID. It must be at least 32
+	// bytes and shared by all replicas. Nil means a random secret for this
+	// process only: event IDs then do not survive a restart (a resume after
+	// one is rejected as forged, never misattributed).
+	Secret []byte
+
+	// PollInterval, when positive, makes the relay close request and
+	// standalone streams of clients at protocol 2025-11-25 or later after
+	// this long, sending "retry" first, so the client resumes by GET: long
+	// calls then survive proxies with idle timeouts. Zero never closes early
+	// (the relay still relays an upstream's own server-initiated close).
+	PollInterval time.Duration
+
+	// AllowedOrigins lists the Origin header values accepted (exact match,
+	// e.g. "https://app.example.com"). Requests without Origin are always
+	// accepted. Empty means: loopback origins, and the origin of the host
+	// the request was sent to.
+	AllowedOrigins []string
+
+	// AllowedHosts lists Host header values accepted (host or host:port).
+	// Empty means any host, except that a request arriving on a loopback
+	// address must name a loopback host (DNS-rebinding protection).
+	AllowedHosts []string
+
+	// MaxBodyBytes bounds a POST body. Zero means 4 MiB.
+	MaxBodyBytes int64
+
+	// SessionIdleTimeout expires a session that has seen no request and has
+	// no open stream for this long. Zero means one hour; negative never.
+	SessionIdleTimeout time.Duration
+
+	// Logger receives the relay's logs. Nil discards them.
+	Logger *slog.Logger
+}
+
+// Handler is the relay's http.Handler. Create it with [New]; it is safe for
+// concurrent use. Close releases its goroutines.
+type Handler struct {
+	opts   Options
+	up     *backend.Upstream
+	store  eventlog.Store
+	codec  *resume.Codec
+	log    *slog.Logger
+	ctx    context.Context // cancelled by Close: ends pumps
+	cancel context.CancelFunc
+
+	mu       sync.Mutex
+	sessions map[string]*session
+	streams  map[string]*stream // live (non-terminal) streams by key, for wake-ups and takeover
+
+	shutdown     chan struct{} // closed by Shutdown: open streams get retry and end
+	shutdownOnce sync.Once
+	janitorDone  chan struct{}
+
+	counts counters
+}
+
+const (
+	headerSessionID       = "Mcp-Session-Id"
+	headerProtocolVersion = "Mcp-Protocol-Version"
+	headerLastEventID     = "Last-Event-ID"
+)
+
+// Protocol revisions.
+const (
+	version20250326 = "2025-03-26"
+	version20250618 = "2025-06-18"
+	version20251125 = "2025-11-25"
+	version20260728 = "2026-07-28"
+)
+
+var legacyVersions = []string{version20250326, version20250618, version20251125}
+
+// Log attribute keys.
+const (
+	logSession = "session"
+	logStream  = "stream"
+	logCursor  = "cursor"
+	logRow     = "row"
+	logReason  = "reason"
+	logStatus  = "status"
+)
+
+// New returns a relay handler.
+func New(opts Options) (*Handler, error) {
+	if opts.Upstream == nil || opts.Upstream.URL == "" {
+		return nil, errors.New("relay: Options.Upstream with a URL is required")
+	}
+	secret := opts.Secret
+	if secret == nil {
+		secret = make([]byte, 32)
+		rand.Read(secret)
+	}
+	codec, err := resume.NewCodec(secret)
+	if err != nil {
+		return nil, fmt.Errorf("relay: %w", err)
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = 4 << 20
+	}
+	if opts.SessionIdleTimeout == 0 {
+		opts.SessionIdleTimeout = time.Hour
+	}
+	store := opts.Store
+	if store == nil {
+		store = eventlog.NewMemory(eventlog.Retention{})
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &Handler{
+		opts:        opts,
+		up:          opts.Upstream,
+		store:       store,
+		codec:       codec,
+		log:         log,
+		ctx:         ctx,
+		cancel:      cancel,
+		sessions:    make(map[string]*session),
+		streams:     make(map[string]*stream),
+		shutdown:    make(chan struct{}),
+		janitorDone: make(chan struct{}),
+	}
+	go h.janitor()
+	return h, nil
+}
+
+// Shutdown asks every open stream to end: each gets a "retry" field and is
+// closed, so that its client resumes (here after a restart, or on another
+// replica). It returns when it has signalled them; pair it with
+// http.Server.Shutdown, which waits for the handlers to return.
+func (h *Handler) Shutdown(ctx context.Context) error {
+	h.shutdownOnce.Do(func() { close(h.shutdown) })
+	return nil
+}
+
+// Close ends streams (as Shutdown does), stops the relay's background work
+// and upstream streams. It does not close the Store.
+func (h *Handler) Close() error {
+	h.Shutdown(context.Background())
+	h.cancel()
+	<-h.janitorDone
+	return nil
+}
+
+// ServeHTTP serves the MCP endpoint: POST, GET and DELETE.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if status, msg := h.checkOrigin(r); status != 0 {
+		http.Error(w, msg, status)
+		return
+	}
+	switch r.Method {
+	case http.MethodPost:
+		h.servePOST(w, r)
+	case http.MethodGet:
+		h.serveGET(w, r)
+	case http.MethodDelete:
+		h.serveDELETE(w, r)
+	default:
+		w.Header().Set("Allow", "GET, POST, DELETE")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+	}
+}
+
+// checkOrigin enforces the Host and Origin rules (DNS-rebinding
+// protection): 403 when either is not allowed.
+func (h *Handler) checkOrigin(r *http.Request) (int, string) {
+	if len(h.opts.AllowedHosts) > 0 {
+		if !hostAllowed(r.Host, h.opts.AllowedHosts) {
+			return http.StatusForbidden, fmt.Sprintf("Forbidden: Host %q is not allowed", r.Host)
+		}
+	} else if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && la != nil {
+		if isLoopbackAddr(la.String()) && !isLoopbackHost(r.Host) {
+			return http.StatusForbidden, fmt.Sprintf("Forbidden: Host %q is not a loopback name", r.Host)
+		}
+	}
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return 0, ""
+	}
+	if len(h.opts.AllowedOrigins) > 0 {
+		if slices.Contains(h.opts.AllowedOrigins, origin) {
+			return 0, ""
+		}
+		return http.StatusForbidden, fmt.Sprintf("Forbidden: Origin %q is not allowed", origin)
+	}
+	u, err := url.Parse(origin)
+	if err == nil && u.Host != "" && (isLoopbackHost(u.Host) || strings.EqualFold(u.Host, r.Host)) {
+		return 0, ""
+	}
+	return http.StatusForbidden, fmt.Sprintf("Forbidden: Origin %q is not allowed", origin)
+}
+
+func hostAllowed(host string, allowed []string) bool {
+	name := host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		name = h
+	}
+	for _, a := range allowed {
+		if strings.EqualFold(a, host) || strings.EqualFold(a, name) {
+			return true
+		}
+	}
+	return false
+}
+
+func isLoopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func isLoopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// principal returns the identity a session is bound to: a hash of the
+// Authorization header ("" when there is none).
+func principal(r *http.Request) string {
+	a := r.Header.Get("Authorization")
+	if a == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(a))
+	return hex.EncodeToString(sum[:16])
+}
+
+// newSessionID mints a session ID: 128 random bits, base64url (visible ASCII).
+func newSessionID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// httpError writes a plain-text error.
+func httpError(w http.ResponseWriter, status int, msg string) {
+	http.Error(w, msg, status)
+}
+
+// counters counts resume decisions and other notable outcomes.
+type counters struct {
+	mu sync.Mutex
+	m  map[string]*atomic.Int64
+}
+
+func (c *counters) add(name string) {
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = make(map[string]*atomic.Int64)
+	}
+	v := c.m[name]
+	if v == nil {
+		v = new(atomic.Int64)
+		c.m[name] = v
+	}
+	c.mu.Unlock()
+	v.Add(1)
+}
+
+// Counts returns a snapshot of the relay's counters: "resume/<status>/<reason>"
+// for each resume decision ("resume/409/foreign_stream" counts
+// tenant-isolation events), "reincarnation" for backend re-creations,
+// "lost" for requests answered with the request-lost error.
+func (h *Handler) Counts() map[string]int64 {
+	h.counts.mu.Lock()
+	defer h.counts.mu.Unlock()
+	out := make(map[string]int64, len(h.counts.m))
+	for k, v := range h.counts.m {
+		out[k] = v.Load()
+	}
+	return out
+}
+
+// readBody reads a POST body within the configured limit.
+func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			httpError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", mbe.Limit))
+		} else {
+			httpError(w, http.StatusBadRequest, "reading body: "+err.Error())
+		}
+		return nil, false
+	}
+	return body, true
+}
+
+// acceptsBoth reports whether Accept lists application/json and
+// text/event-stream (wildcards count).
+func accepts(r *http.Request) (jsonOK, sseOK bool) {
+	for _, v := range r.Header.Values("Accept") {
+		for _, part := range strings.Split(v, ",") {
+			mt := strings.TrimSpace(strings.SplitN(part, ";", 2)[0])
+			switch strings.ToLower(mt) {
+			case "application/json":
+				jsonOK = true
+			case "text/event-stream":
+				sseOK = true
+			case "*/*":
+				jsonOK, sseOK = true, true
+			case "application/*":
+				jsonOK = true
+			case "text/*":
+				sseOK = true
+			}
+		}
+	}
+	return
+}

@@ -1,0 +1,307 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mcprelay/mcprelay/eventlog"
+	"github.com/mcprelay/mcprelay/resume"
+)
+
+// session is the relay's in-memory state of a live session. The durable
+// part is the eventlog.Session record.
+type session struct {
+	id        string
+	principal string
+	version   string          // negotiated protocol version
+	init      json.RawMessage // the client's initialize params
+	authz     string          // Authorization forwarded upstream
+
+	ctx    context.Context // ends the session's pumps
+	cancel context.CancelFunc
+
+	reinitMu sync.Mutex // serializes re-creation of the backend side
+
+	mu          sync.Mutex
+	incarnation uint64
+	upstream    string               // the backend's Mcp-Session-Id for this incarnation
+	standalone  *stream              // current standalone (GET) stream
+	inflight    map[*stream]struct{} // request streams awaiting their response
+	closed      bool
+	genCancel   context.CancelFunc // ends the upstream GET pump of this incarnation
+
+	lastSeen atomic.Int64 // unix nanos of the last request
+	open     atomic.Int32 // client streams being served
+}
+
+func (s *session) touch() { s.lastSeen.Store(time.Now().UnixNano()) }
+
+// snapshot returns the incarnation and the upstream session handle.
+func (s *session) current() (gen uint64, upstream string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.incarnation, s.upstream
+}
+
+// stream is the in-memory state of a non-terminal stream: whom to wake
+// when an event is appended, and which connection is attached.
+type stream struct {
+	key        resume.StreamKey
+	skey       string
+	sess       *session
+	gen        uint64
+	standalone bool
+
+	mu        sync.Mutex
+	pending   map[string]json.RawMessage // request ids awaiting a response (request streams)
+	done      bool                       // terminal event appended
+	cancelled bool                       // the client sent notifications/cancelled
+	conn      *attachment                // the client connection reading it
+	delivered uint64                     // highest seq written to any connection
+	poll      time.Duration              // >0: upstream closed its stream asking to poll
+
+	wake   chan struct{} // cap 1: an event was appended or the state changed
+	cancel context.CancelFunc
+}
+
+// attachment is one client connection serving a stream. Closing kick
+// makes it end (takeover).
+type attachment struct{ kick chan struct{} }
+
+func (st *stream) signal() {
+	select {
+	case st.wake <- struct{}{}:
+	default:
+	}
+}
+
+// attach makes a the stream's connection, ending any previous one.
+func (st *stream) attach(a *attachment) {
+	st.mu.Lock()
+	if st.conn != nil {
+		close(st.conn.kick)
+	}
+	st.conn = a
+	st.mu.Unlock()
+	st.signal()
+}
+
+func (st *stream) detach(a *attachment) {
+	st.mu.Lock()
+	if st.conn == a {
+		st.conn = nil
+	}
+	st.mu.Unlock()
+}
+
+// lookup resolves a session ID for the caller: nil when it is unknown,
+// expired, deleted, or bound to another principal (all the same 404).
+func (h *Handler) lookup(r *http.Request, id string) *session {
+	h.mu.Lock()
+	s := h.sessions[id]
+	h.mu.Unlock()
+	if s == nil || s.principal != principal(r) {
+		return nil
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil
+	}
+	s.touch()
+	return s
+}
+
+// newStream creates a stream of the session's current incarnation in the
+// log and registers it for wake-ups.
+func (h *Handler) newStream(ctx context.Context, s *session, gen uint64, standalone bool, ids []json.RawMessage) (*stream, error) {
+	st := &stream{
+		key:        resume.NewStreamKey(),
+		sess:       s,
+		gen:        gen,
+		standalone: standalone,
+		wake:       make(chan struct{}, 1),
+	}
+	st.skey = st.key.String()
+	rec := &eventlog.Stream{Key: st.skey, Session: s.id, Generation: gen}
+	if !standalone {
+		st.pending = make(map[string]json.RawMessage, len(ids))
+		for _, id := range ids {
+			st.pending[string(id)] = id
+		}
+		if len(ids) == 1 {
+			rec.RequestID = ids[0]
+		} else {
+			rec.RequestID, _ = json.Marshal(ids)
+		}
+	}
+	if err := h.store.CreateStream(ctx, rec); err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	h.streams[st.skey] = st
+	h.mu.Unlock()
+	return st, nil
+}
+
+// liveStream returns the in-memory stream for key, or nil.
+func (h *Handler) liveStream(key string) *stream {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.streams[key]
+}
+
+// appendEvents appends to a stream unless it is already terminal, and
+// wakes its reader. It reports whether the events were appended.
+func (h *Handler) appendEvents(st *stream, terminal bool, evs ...eventlog.Event) bool {
+	st.mu.Lock()
+	if st.done {
+		st.mu.Unlock()
+		return false
+	}
+	_, err := h.store.Append(h.ctx, st.skey, terminal, evs...)
+	if err != nil {
+		st.mu.Unlock()
+		if !errors.Is(err, context.Canceled) {
+			h.log.Error("appending to the event log", logSession, st.sess.id, logStream, st.skey, "err", err)
+		}
+		return false
+	}
+	if terminal {
+		st.done = true
+	}
+	st.mu.Unlock()
+	st.signal()
+	if terminal {
+		h.retire(st)
+	}
+	return true
+}
+
+// retire forgets a terminal stream: readers still attached finish from the
+// log, later resumes read the log alone.
+func (h *Handler) retire(st *stream) {
+	h.mu.Lock()
+	delete(h.streams, st.skey)
+	h.mu.Unlock()
+	s := st.sess
+	s.mu.Lock()
+	delete(s.inflight, st)
+	s.mu.Unlock()
+	if st.cancel != nil {
+		st.cancel()
+	}
+}
+
+// loseStream ends a request stream whose response can no longer come: a
+// reset event naming the lost requests, then a JSON-RPC error response per
+// pending request id (so standard clients fail the call), as one terminal
+// append.
+func (h *Handler) loseStream(st *stream, reason, msg string) {
+	st.mu.Lock()
+	if st.done {
+		st.mu.Unlock()
+		return
+	}
+	ids := make([]json.RawMessage, 0, len(st.pending))
+	for _, id := range st.pending {
+		ids = append(ids, id)
+	}
+	st.mu.Unlock()
+	evs := []eventlog.Event{{Type: "reset", Data: resetData{Reason: reason, Stream: st.skey, Generation: st.gen, Lost: ids}.marshal()}}
+	code := CodeRequestLost
+	if reason == "cancelled" {
+		code = CodeRequestCancelled
+		evs = evs[:0]
+	}
+	for _, id := range ids {
+		evs = append(evs, eventlog.Event{Data: errorResponse(id, code, msg, reason)})
+	}
+	if h.appendEvents(st, true, evs...) {
+		for range ids {
+			h.counts.add("lost")
+		}
+		h.log.Warn("request stream lost", logSession, st.sess.id, logStream, st.skey, logReason, reason, "requests", len(ids))
+	}
+}
+
+// endSession removes a session: its pumps stop, its streams and events are
+// dropped, open connections end, and the backend session is deleted.
+func (h *Handler) endSession(s *session, why string) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	upstream := s.upstream
+	var sts []*stream
+	if s.standalone != nil {
+		sts = append(sts, s.standalone)
+	}
+	for st := range s.inflight {
+		sts = append(sts, st)
+	}
+	s.mu.Unlock()
+	s.cancel()
+	h.mu.Lock()
+	delete(h.sessions, s.id)
+	for _, st := range sts {
+		delete(h.streams, st.skey)
+	}
+	h.mu.Unlock()
+	for _, st := range sts {
+		st.mu.Lock()
+		st.done = true
+		if st.conn != nil {
+			close(st.conn.kick)
+			st.conn = nil
+		}
+		st.mu.Unlock()
+	}
+	if err := h.store.DeleteSession(context.WithoutCancel(h.ctx), s.id); err != nil && !errors.Is(err, eventlog.ErrNotFound) {
+		h.log.Error("deleting session from the store", logSession, s.id, "err", err)
+	}
+	if upstream != "" {
+		go h.deleteUpstream(upstream, s.version, s.authz)
+	}
+	h.log.Info("session ended", logSession, s.id, logReason, why)
+}
+
+// janitor expires idle sessions.
+func (h *Handler) janitor() {
+	defer close(h.janitorDone)
+	timeout := h.opts.SessionIdleTimeout
+	if timeout < 0 {
+		<-h.ctx.Done()
+		return
+	}
+	every := min(timeout/4, time.Minute)
+	every = max(every, 10*time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.ctx.Done():
+			return
+		case now := <-t.C:
+			h.mu.Lock()
+			var idle []*session
+			for _, s := range h.sessions {
+				if s.open.Load() == 0 && now.Sub(time.Unix(0, s.lastSeen.Load())) > timeout {
+					idle = append(idle, s)
+				}
+			}
+			h.mu.Unlock()
+			for _, s := range idle {
+				h.endSession(s, "idle timeout")
+			}
+		}
+	}
+}
