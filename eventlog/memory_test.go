@@ -1,0 +1,181 @@
+package eventlog_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/mcprelay/mcprelay/eventlog"
+	"github.com/mcprelay/mcprelay/eventlog/storetest"
+)
+
+func TestMemoryConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, r eventlog.Retention) eventlog.Store {
+		return eventlog.NewMemory(r)
+	})
+}
+
+func TestMemoryClosed(t *testing.T) {
+	m := eventlog.NewMemory(eventlog.Retention{})
+	ctx := t.Context()
+	if err := m.CreateSession(ctx, &eventlog.Session{ID: "s", Incarnation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.CreateStream(ctx, &eventlog.Stream{Key: "k", Session: "s", Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // Close is idempotent
+		if err := m.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	}
+	cases := []struct {
+		name string
+		op   func() error
+	}{
+		{"Session", func() error { _, err := m.Session(ctx, "s"); return err }},
+		{"CreateSession", func() error { return m.CreateSession(ctx, &eventlog.Session{ID: "t"}) }},
+		{"Append", func() error { _, err := m.Append(ctx, "k", false, eventlog.Event{}); return err }},
+		{"Read", func() error { _, _, err := m.Read(ctx, "k", 0, 1, nil); return err }},
+		{"Streams", func() error { _, err := m.Streams(ctx, "s"); return err }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.op(); err == nil {
+				t.Errorf("%s after Close succeeded", tc.name)
+			}
+		})
+	}
+}
+
+// TestMemoryHeapPerSession measures the heap an idle session costs: its
+// record (with realistic field sizes) and one standalone stream without events.
+func TestMemoryHeapPerSession(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocates 10,000 sessions")
+	}
+	const n = 10000
+	ctx := context.Background()
+	params := []byte(`{"protocolVersion":"2025-06-18","capabilities":{"roots":{"listChanged":true},"sampling":{}},"clientInfo":{"name":"example-client","version":"1.2.3"}}`)
+	ids := make([]string, n)
+	keys := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%032x", i)  // 128-bit session ID, hex
+		keys[i] = fmt.Sprintf("%024x", i) // 96-bit stream key
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	m := eventlog.NewMemory(eventlog.Retention{})
+	for i := range n {
+		s := &eventlog.Session{
+			ID:               ids[i],
+			Principal:        "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8",
+			ProtocolVersion:  "2025-06-18",
+			InitializeParams: params,
+			Incarnation:      1,
+		}
+		if err := m.CreateSession(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.CreateStream(ctx, &eventlog.Stream{Key: keys[i], Session: ids[i], Generation: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(m)
+	per := float64(after.HeapAlloc-before.HeapAlloc) / n
+	t.Logf("heap per idle session with one standalone stream: %.0f bytes (InitializeParams %d bytes)", per, len(params))
+	if per > 2048 {
+		t.Errorf("idle session costs %.0f heap bytes, budget is 2048", per)
+	}
+}
+
+func benchAppend(b *testing.B, streams int) {
+	ctx := context.Background()
+	m := eventlog.NewMemory(eventlog.Retention{}) // defaults: eviction at 10,000 events per session
+	defer m.Close()
+	keys := make([]string, streams)
+	for i := range keys {
+		sid, key := fmt.Sprintf("sess-%d", i), fmt.Sprintf("stream-%d", i)
+		if err := m.CreateSession(ctx, &eventlog.Session{ID: sid, Incarnation: 1}); err != nil {
+			b.Fatal(err)
+		}
+		if err := m.CreateStream(ctx, &eventlog.Stream{Key: key, Session: sid, Generation: 1}); err != nil {
+			b.Fatal(err)
+		}
+		keys[i] = key
+	}
+	data := make([]byte, 150)
+	b.ReportAllocs()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for i, key := range keys {
+		n := b.N / streams
+		if i < b.N%streams {
+			n++
+		}
+		wg.Go(func() {
+			for range n {
+				if _, err := m.Append(ctx, key, false, eventlog.Event{Data: data}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+// BenchmarkMemoryAppend appends single 150-byte events, each concurrent
+// stream in its own session, at the default retention (so in steady state
+// every Append also evicts one event).
+func BenchmarkMemoryAppend(b *testing.B) {
+	for _, streams := range []int{1, 64} {
+		b.Run(fmt.Sprintf("streams=%d", streams), func(b *testing.B) { benchAppend(b, streams) })
+	}
+}
+
+// BenchmarkMemoryReadAfter reads after a cursor 10,000 events back in a
+// 100,000-event stream: max=100 measures locating the cursor, max=10000 the
+// copy of everything after it.
+func BenchmarkMemoryReadAfter(b *testing.B) {
+	const total, back = 100_000, 10_000
+	ctx := context.Background()
+	m := eventlog.NewMemory(eventlog.Retention{MaxEvents: 2 * total, MaxBytes: 1 << 30})
+	defer m.Close()
+	if err := m.CreateSession(ctx, &eventlog.Session{ID: "s", Incarnation: 1}); err != nil {
+		b.Fatal(err)
+	}
+	if err := m.CreateStream(ctx, &eventlog.Stream{Key: "k", Session: "s", Generation: 1}); err != nil {
+		b.Fatal(err)
+	}
+	data := make([]byte, 150)
+	batch := make([]eventlog.Event, 1000)
+	for range total / len(batch) {
+		for i := range batch {
+			batch[i] = eventlog.Event{Data: data}
+		}
+		if _, err := m.Append(ctx, "k", false, batch...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, max := range []int{100, back} {
+		b.Run(fmt.Sprintf("max=%d", max), func(b *testing.B) {
+			buf := make([]eventlog.Event, 0, max)
+			b.ReportAllocs()
+			for b.Loop() {
+				rec, evs, err := m.Read(ctx, "k", total-back, max, buf)
+				if err != nil || len(evs) != max || rec.LastSeq != total || evs[0].Seq != total-back+1 {
+					b.Fatalf("Read = %d events from %d, LastSeq %d, %v", len(evs), evs[0].Seq, rec.LastSeq, err)
+				}
+				buf = evs
+			}
+			b.ReportMetric(float64(b.N*max)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
+}
