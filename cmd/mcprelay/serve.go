@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/mcprelay/mcprelay/backend"
+	"github.com/mcprelay/mcprelay/eventlog"
+	"github.com/mcprelay/mcprelay/exampleserver"
+	"github.com/mcprelay/mcprelay/relay"
+)
+
+func serve(args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	var (
+		addr          = fs.String("addr", "127.0.0.1:8080", "listen address (the endpoint is /mcp)")
+		upstream      = fs.String("upstream", "", "URL of the Streamable HTTP MCP server to front (default: the built-in example server, in process)")
+		retainEvents  = fs.Int("retain-events", 10000, "events kept per session, across its streams")
+		retainBytes   = fs.Int64("retain-bytes", 8<<20, "bytes of event data kept per session")
+		grace         = fs.Duration("terminal-grace", 5*time.Minute, "how long a finished stream stays resumable")
+		poll          = fs.Duration("poll-interval", 0, "close streams of 2025-11-25 clients after this long with retry, so they resume by GET (0: never)")
+		origins       = fs.String("allowed-origins", "", "comma-separated Origin values accepted (default: loopback and same-host origins)")
+		hosts         = fs.String("allowed-hosts", "", "comma-separated Host values accepted (default: any; loopback names only on a loopback listener)")
+		idle          = fs.Duration("session-idle-timeout", time.Hour, "expire sessions idle this long (negative: never)")
+		maxBody       = fs.Int64("max-body-bytes", 4<<20, "largest POST body accepted")
+		logFormat     = fs.String("log-format", "text", "log format: text or json")
+		logLevel      = fs.String("log-level", "info", "log level: debug, info, warn or error")
+		shutdownGrace = fs.Duration("shutdown-timeout", 10*time.Second, "how long to wait for streams to close on SIGINT/SIGTERM")
+	)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("serve: unexpected arguments %q", fs.Args())
+	}
+	log, err := newLogger(*logFormat, *logLevel)
+	if err != nil {
+		return err
+	}
+
+	var up *backend.Upstream
+	if *upstream == "" {
+		up = backend.SDK(exampleserver.New(&exampleserver.Options{Logger: log.With("component", "example-server")}), nil)
+	} else {
+		u, err := url.Parse(*upstream)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("serve: --upstream must be an http(s) URL, got %q", *upstream)
+		}
+		up = backend.Remote(*upstream)
+	}
+	store := eventlog.NewMemory(eventlog.Retention{MaxEvents: *retainEvents, MaxBytes: *retainBytes, TerminalGrace: *grace})
+	defer store.Close()
+	h, err := relay.New(relay.Options{
+		Upstream:           up,
+		Store:              store,
+		PollInterval:       *poll,
+		AllowedOrigins:     splitList(*origins),
+		AllowedHosts:       splitList(*hosts),
+		MaxBodyBytes:       *maxBody,
+		SessionIdleTimeout: *idle,
+		Logger:             log,
+	})
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", h)
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	target := "the built-in example server"
+	if *upstream != "" {
+		target = *upstream
+	}
+	log.Info("mcprelay listening", "url", "http://"+ln.Addr().String()+"/mcp", "upstream", target)
+
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: open streams get retry and are closed")
+	sctx, cancel := context.WithTimeout(context.Background(), *shutdownGrace)
+	defer cancel()
+	h.Shutdown(sctx)
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("shutdown", "err", err)
+	}
+	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func newLogger(format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	o := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, o)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, o)), nil
+	}
+	return nil, fmt.Errorf("--log-format must be text or json, got %q", format)
+}
