@@ -278,7 +278,7 @@ func (h *Handler) follow(ctx context.Context, c *sseConn, s *session, st *stream
 			return nil, true // not live here: nothing more will come
 		}
 		st.mu.Lock()
-		poll := st.poll
+		poll := a.poll
 		st.mu.Unlock()
 		if poll > 0 && primes(s) {
 			c.retry(p.key, p.gen, cursor, poll)

@@ -62,6 +62,14 @@ func testServer(gate <-chan struct{}) *mcp.Server {
 		}
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("counted %d", a.N)}}}, nil, nil
 	})
+	mcp.AddTool(s, &mcp.Tool{Name: "poll", Description: "closes its stream asking the client to poll, then answers"}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: req.Params.GetProgressToken(), Progress: 1})
+		if req.Extra != nil && req.Extra.CloseSSEStream != nil {
+			req.Extra.CloseSSEStream(mcp.CloseSSEStreamArgs{RetryAfter: 20 * time.Millisecond})
+		}
+		time.Sleep(100 * time.Millisecond)
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "polled"}}}, nil, nil
+	})
 	return s
 }
 
@@ -116,7 +124,11 @@ type env struct {
 func newEnv(t *testing.T, opts relay.Options) *env {
 	t.Helper()
 	e := &env{t: t, gate: make(chan struct{})}
-	e.backend = newRestartable(func() http.Handler { return backend.SDKHandler(testServer(nil), nil) })
+	e.backend = newRestartable(func() http.Handler {
+		// The backend keeps an event store of its own so that it can close
+		// its streams mid-call (polling) and be resumed by the relay.
+		return backend.SDKHandler(testServer(nil), &mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)})
+	})
 	if opts.Upstream == nil {
 		opts.Upstream = backend.Handler(e.backend)
 		opts.Upstream.StatelessURL = opts.Upstream.URL + "/stateless"

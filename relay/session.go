@@ -63,7 +63,6 @@ type stream struct {
 	cancelled bool                       // the client sent notifications/cancelled
 	conn      *attachment                // the client connection reading it
 	delivered uint64                     // highest seq written to any connection
-	poll      time.Duration              // >0: upstream closed its stream asking to poll
 
 	wake   chan struct{} // cap 1: an event was appended or the state changed
 	cancel context.CancelFunc
@@ -71,7 +70,10 @@ type stream struct {
 
 // attachment is one client connection serving a stream. Closing kick
 // makes it end (takeover).
-type attachment struct{ kick chan struct{} }
+type attachment struct {
+	kick chan struct{}
+	poll time.Duration // >0: the backend closed its stream asking to poll; guarded by stream.mu
+}
 
 func (st *stream) signal() {
 	select {
@@ -87,6 +89,18 @@ func (st *stream) attach(a *attachment) {
 		close(st.conn.kick)
 	}
 	st.conn = a
+	st.mu.Unlock()
+	st.signal()
+}
+
+// pollConn asks the attached connection, if any, to end with retry d: the
+// backend closed its own stream (server-initiated close), and the client
+// should poll the same way. Connections attached later are not affected.
+func (st *stream) pollConn(d time.Duration) {
+	st.mu.Lock()
+	if st.conn != nil {
+		st.conn.poll = d
+	}
 	st.mu.Unlock()
 	st.signal()
 }

@@ -268,10 +268,7 @@ func (h *Handler) pumpRequest(ctx context.Context, st *stream, resp *http.Respon
 		}
 		if err == nil && retry > 0 {
 			// A server-initiated close (polling): carry it to the client.
-			st.mu.Lock()
-			st.poll = retry
-			st.mu.Unlock()
-			st.signal()
+			st.pollConn(retry)
 		}
 		attempt++
 		wait := retry
@@ -284,6 +281,9 @@ func (h *Handler) pumpRequest(ctx context.Context, st *stream, resp *http.Respon
 		case <-time.After(min(wait, 10*time.Second)):
 		}
 		r, gerr := h.upstreamRequest(ctx, http.MethodGet, upstream, s.version, s.authz, nil, lastID)
+		if gerr == nil {
+			h.log.Debug("resuming the backend's request stream", logSession, s.id, logStream, st.skey, logCursor, lastID, logStatus, r.StatusCode)
+		}
 		if gerr != nil {
 			resp = &http.Response{Body: http.NoBody, Header: http.Header{}}
 			continue

@@ -19,6 +19,7 @@ import (
 	"github.com/mcprelay/mcprelay/eventlog"
 	"github.com/mcprelay/mcprelay/exampleserver"
 	"github.com/mcprelay/mcprelay/relay"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 func serve(args []string) error {
@@ -54,7 +55,12 @@ func serve(args []string) error {
 
 	var up *backend.Upstream
 	if *upstream == "" {
-		up = backend.SDK(exampleserver.New(&exampleserver.Options{Logger: log.With("component", "example-server")}), nil)
+		// The example server keeps a small event store of its own so that
+		// its test_reconnection tool can close its stream mid-call (polling);
+		// the relay resumes that upstream stream and carries the close to
+		// the client.
+		srv := exampleserver.New(&exampleserver.Options{Logger: log.With("component", "example-server")})
+		up = backend.SDK(srv, &mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)})
 	} else {
 		u, err := url.Parse(*upstream)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

@@ -1,0 +1,80 @@
+package relay_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/mcprelay/mcprelay/relay"
+)
+
+// TestBackendPollingIsCarriedToTheClient: the backend closes its request
+// stream mid-call with retry (2025-11-25 polling). The relay resumes the
+// backend's stream itself, closes the client's stream with retry too, and
+// the client's GET resume delivers the result. Regression: the poll request
+// used to stick to the stream, so every resume was closed at once and the
+// result never arrived.
+func TestBackendPollingIsCarriedToTheClient(t *testing.T) {
+	e := newEnv(t, relay.Options{})
+	s := e.initialize("2025-11-25", "")
+	resp := s.post(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"poll","arguments":{},"_meta":{"progressToken":"t"}}}`)
+	first, ended := events(t, resp, 0, 5*time.Second)
+	if !ended {
+		t.Fatal("the client's stream was not closed when the backend closed its own")
+	}
+	if first[len(first)-1].Retry <= 0 {
+		t.Fatalf("no retry before the close: %+v", first)
+	}
+	for _, ev := range dataEvents(first) {
+		if decode(t, ev.Data).Result != nil {
+			t.Fatal("the result came before the close: the test proves nothing")
+		}
+	}
+	resp = s.get(lastID(first))
+	rest, ended := events(t, resp, 0, 5*time.Second)
+	if !ended {
+		t.Fatal("resumed stream did not end")
+	}
+	data := dataEvents(rest)
+	if len(data) == 0 {
+		t.Fatalf("resume delivered nothing: %+v", rest)
+	}
+	if m := decode(t, data[len(data)-1].Data); m.Result == nil || m.Result.Content[0].Text != "polled" {
+		t.Fatalf("resume did not deliver the result: %s", data[len(data)-1].Data)
+	}
+}
+
+// TestRelayPollInterval: with PollInterval set, the relay itself closes
+// long streams of 2025-11-25 clients with retry; resuming continues them
+// without loss.
+func TestRelayPollInterval(t *testing.T) {
+	e := newEnv(t, relay.Options{PollInterval: 100 * time.Millisecond})
+	s := e.initialize("2025-11-25", "")
+	_, resp := s.call(20, 20, true)
+	var all []float64
+	cursor := ""
+	for round := 0; round < 50; round++ {
+		evs, ended := events(t, resp, 0, 5*time.Second)
+		if !ended {
+			t.Fatal("stream neither ended nor was closed for polling")
+		}
+		all = append(all, progressOf(t, evs)...)
+		if id := lastID(evs); id != "" {
+			cursor = id
+		}
+		if d := dataEvents(evs); len(d) > 0 && decode(t, d[len(d)-1].Data).Result != nil {
+			break
+		}
+		if evs[len(evs)-1].Retry != 100*time.Millisecond {
+			t.Fatalf("closed without retry: %+v", evs[len(evs)-1])
+		}
+		resp = s.get(cursor)
+	}
+	if len(all) != 20 {
+		t.Fatalf("progress across polls: %v", all)
+	}
+	for i, p := range all {
+		if p != float64(i+1) {
+			t.Fatalf("progress out of order or repeated: %v", all)
+		}
+	}
+}
