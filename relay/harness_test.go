@@ -64,6 +64,7 @@ func testServer(gate <-chan struct{}) *mcp.Server {
 	})
 	mcp.AddTool(s, &mcp.Tool{Name: "poll", Description: "closes its stream asking the client to poll, then answers"}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
 		req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: req.Params.GetProgressToken(), Progress: 1})
+		time.Sleep(50 * time.Millisecond) // let the client's connection attach
 		if req.Extra != nil && req.Extra.CloseSSEStream != nil {
 			req.Extra.CloseSSEStream(mcp.CloseSSEStreamArgs{RetryAfter: 20 * time.Millisecond})
 		}

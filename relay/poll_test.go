@@ -1,10 +1,12 @@
 package relay_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/mcprelay/mcprelay/relay"
+	"github.com/mcprelay/mcprelay/sse"
 )
 
 // TestBackendPollingIsCarriedToTheClient: the backend closes its request
@@ -16,20 +18,30 @@ import (
 func TestBackendPollingIsCarriedToTheClient(t *testing.T) {
 	e := newEnv(t, relay.Options{})
 	s := e.initialize("2025-11-25", "")
-	resp := s.post(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"poll","arguments":{},"_meta":{"progressToken":"t"}}}`)
-	first, ended := events(t, resp, 0, 5*time.Second)
-	if !ended {
-		t.Fatal("the client's stream was not closed when the backend closed its own")
-	}
-	if first[len(first)-1].Retry <= 0 {
-		t.Fatalf("no retry before the close: %+v", first)
+	// The close reaches the client only if its connection is attached when
+	// the backend closes; on a loaded machine it may attach later and just
+	// get the result. Try a few times for the interesting case.
+	var first []sse.Event
+	for try := 0; ; try++ {
+		resp := s.post(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"poll","arguments":{},"_meta":{"progressToken":"t"}}}`, try))
+		evs, ended := events(t, resp, 0, 5*time.Second)
+		if !ended {
+			t.Fatal("the client's stream neither ended nor closed")
+		}
+		if evs[len(evs)-1].Retry > 0 {
+			first = evs
+			break
+		}
+		if try == 10 {
+			t.Fatalf("the backend's close never reached the client: %+v", evs)
+		}
 	}
 	for _, ev := range dataEvents(first) {
 		if decode(t, ev.Data).Result != nil {
-			t.Fatal("the result came before the close: the test proves nothing")
+			t.Fatal("the result came before the close")
 		}
 	}
-	resp = s.get(lastID(first))
+	resp := s.get(lastID(first))
 	rest, ended := events(t, resp, 0, 5*time.Second)
 	if !ended {
 		t.Fatal("resumed stream did not end")
