@@ -71,6 +71,9 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request) {
 		h.forwardOneWay(w, r, s, body, msgs)
 		return
 	}
+	if !batch && isStateSetting(msgs[0].Method) {
+		h.recordState(r.Context(), s, msgs[0], body)
+	}
 	h.forwardRequest(w, r, s, body, ids)
 }
 

@@ -97,6 +97,9 @@ type Handler struct {
 	mu       sync.Mutex
 	sessions map[string]*session
 	streams  map[string]*stream // live (non-terminal) streams by key, for wake-ups and takeover
+	// restoring has a channel per session being restored from the store,
+	// closed when done.
+	restoring map[string]chan struct{}
 
 	shutdown     chan struct{} // closed by Shutdown: open streams get retry and end
 	shutdownOnce sync.Once
@@ -170,6 +173,7 @@ func New(opts Options) (*Handler, error) {
 		cancel:      cancel,
 		sessions:    make(map[string]*session),
 		streams:     make(map[string]*stream),
+		restoring:   make(map[string]chan struct{}),
 		shutdown:    make(chan struct{}),
 		janitorDone: make(chan struct{}),
 	}

@@ -34,6 +34,7 @@ type session struct {
 	inflight    map[*stream]struct{} // request streams awaiting their response
 	closed      bool
 	genCancel   context.CancelFunc // ends the upstream GET pump of this incarnation
+	replay      []json.RawMessage  // state-setting requests, replayed to each new incarnation
 
 	lastSeen atomic.Int64 // unix nanos of the last request
 	open     atomic.Int32 // client streams being served
@@ -119,6 +120,9 @@ func (h *Handler) lookup(r *http.Request, id string) *session {
 	h.mu.Lock()
 	s := h.sessions[id]
 	h.mu.Unlock()
+	if s == nil {
+		s = h.restore(r, id)
+	}
 	if s == nil || s.principal != principal(r) {
 		return nil
 	}

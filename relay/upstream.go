@@ -184,6 +184,9 @@ func (h *Handler) reincarnate(s *session, gen uint64) error {
 	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 	defer cancel()
 	upstream, _, err := h.initUpstream(ctx, s.init, s.version, s.authz)
+	if err == nil {
+		err = h.replayState(ctx, s, upstream)
+	}
 	if err != nil {
 		h.log.Error("re-creating the backend session", logSession, s.id, "err", err)
 		return err

@@ -57,6 +57,20 @@ func (k StreamKey) String() string {
 	return b64.EncodeToString(k[:])
 }
 
+// ParseStreamKey is the inverse of [StreamKey.String]. It wraps
+// ErrMalformed for anything String cannot have produced.
+func ParseStreamKey(s string) (StreamKey, error) {
+	var k StreamKey
+	if len(s) != 22 {
+		return k, fmt.Errorf("%w: stream key of length %d", ErrMalformed, len(s))
+	}
+	n, err := b64.Decode(k[:], []byte(s))
+	if err != nil || n != len(k) || b64.EncodeToString(k[:]) != s {
+		return StreamKey{}, fmt.Errorf("%w: stream key %q", ErrMalformed, s)
+	}
+	return k, nil
+}
+
 // Cursor is what an event ID names.
 type Cursor struct {
 	Stream     StreamKey

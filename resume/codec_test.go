@@ -363,3 +363,18 @@ func BenchmarkParse(b *testing.B) {
 		}
 	}
 }
+
+func TestParseStreamKey(t *testing.T) {
+	for range 100 {
+		k := NewStreamKey()
+		got, err := ParseStreamKey(k.String())
+		if err != nil || got != k {
+			t.Fatalf("round trip of %s: %v %v", k, got, err)
+		}
+	}
+	for _, bad := range []string{"", "short", "AAAAAAAAAAAAAAAAAAAAAAA", "AAAAAAAAAAAAAAAAAAAAA!", "AAAAAAAAAAAAAAAAAAAAAB"} {
+		if _, err := ParseStreamKey(bad); !errors.Is(err, ErrMalformed) {
+			t.Errorf("ParseStreamKey(%q) = %v, want ErrMalformed", bad, err)
+		}
+	}
+}

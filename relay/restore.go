@@ -1,0 +1,247 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/mcprelay/mcprelay/eventlog"
+	"github.com/mcprelay/mcprelay/resume"
+)
+
+// restore brings back a session that the store holds but this process does
+// not: after a restart (disk store), or on another replica (shared store).
+// The backend side is re-created as a new incarnation with the client's
+// recorded initialize and state-setting requests; streams the previous
+// process left unfinished are sealed (a request stream gets the reset
+// signal and an error per lost request, the standalone stream a
+// generation_changed reset), so that no resume of them can hang. It
+// returns nil when the store has no such session, the caller is not its
+// principal, or the backend cannot be re-created.
+func (h *Handler) restore(r *http.Request, id string) *session {
+	ctx := r.Context()
+	rec, err := h.store.Session(ctx, id)
+	if err != nil {
+		if !errors.Is(err, eventlog.ErrNotFound) {
+			h.log.Error("reading a session from the store", logSession, id, "err", err)
+		}
+		return nil
+	}
+	if rec.Principal != principal(r) {
+		return nil
+	}
+	// One restore per session at a time; the loser uses the winner's.
+	h.mu.Lock()
+	if s := h.sessions[id]; s != nil {
+		h.mu.Unlock()
+		return s
+	}
+	wait, busy := h.restoring[id]
+	if !busy {
+		wait = make(chan struct{})
+		h.restoring[id] = wait
+	}
+	h.mu.Unlock()
+	if busy {
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil
+		}
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.sessions[id]
+	}
+	defer func() {
+		h.mu.Lock()
+		delete(h.restoring, id)
+		h.mu.Unlock()
+		close(wait)
+	}()
+
+	sctx, cancel := context.WithCancel(h.ctx)
+	s := &session{
+		id:        rec.ID,
+		principal: rec.Principal,
+		version:   rec.ProtocolVersion,
+		init:      rec.InitializeParams,
+		authz:     r.Header.Get("Authorization"),
+		ctx:       sctx,
+		cancel:    cancel,
+		replay:    rec.Replay,
+		inflight:  make(map[*stream]struct{}),
+	}
+	s.touch()
+	ictx, icancel := context.WithTimeout(sctx, 30*time.Second)
+	defer icancel()
+	upstream, _, err := h.initUpstream(ictx, s.init, s.version, s.authz)
+	if err == nil {
+		err = h.replayState(ictx, s, upstream)
+	}
+	if err != nil {
+		cancel()
+		h.log.Error("restoring a session: re-creating its backend", logSession, id, "err", err)
+		return nil
+	}
+	if rec.Upstream != "" {
+		go h.deleteUpstream(rec.Upstream, s.version, s.authz) // the previous incarnation's, if it still exists
+	}
+	gen := rec.Incarnation + 1
+	rec.Incarnation = gen
+	rec.Upstream = upstream
+	if err := h.store.UpdateSession(ictx, rec); err != nil {
+		cancel()
+		h.log.Error("restoring a session: recording its new incarnation", logSession, id, "err", err)
+		return nil
+	}
+	h.sealStored(ictx, s, gen)
+	st, err := h.newStream(ictx, s, gen, true, nil)
+	if err != nil {
+		cancel()
+		return nil
+	}
+	s.incarnation = gen
+	s.upstream = upstream
+	s.standalone = st
+	gctx, gcancel := context.WithCancel(sctx)
+	s.genCancel = gcancel
+	h.mu.Lock()
+	h.sessions[id] = s
+	h.mu.Unlock()
+	go h.pumpStandalone(gctx, s, gen, upstream)
+	h.counts.add("restore")
+	h.log.Info("session restored from the store", logSession, id, "incarnation", gen)
+	return s
+}
+
+// sealStored ends the unfinished streams of older incarnations that the
+// store holds for s (their writer is gone).
+func (h *Handler) sealStored(ctx context.Context, s *session, gen uint64) {
+	sts, err := h.store.Streams(ctx, s.id)
+	if err != nil {
+		h.log.Error("listing a restored session's streams", logSession, s.id, "err", err)
+		return
+	}
+	for _, rec := range sts {
+		if rec.Terminal || rec.Generation >= gen {
+			continue
+		}
+		key, err := parseStreamKey(rec.Key)
+		if err != nil {
+			continue
+		}
+		st := &stream{key: key, skey: rec.Key, sess: s, gen: rec.Generation, standalone: rec.RequestID == nil, wake: make(chan struct{}, 1)}
+		if st.standalone {
+			h.appendEvents(st, true, eventlog.Event{Type: "reset",
+				Data: resetData{Reason: ReasonGenerationChanged, Stream: rec.Key, Generation: rec.Generation}.marshal()})
+			continue
+		}
+		st.pending = make(map[string]json.RawMessage)
+		for _, id := range requestIDs(rec.RequestID) {
+			st.pending[string(id)] = id
+		}
+		h.loseStream(st, ReasonBackendLost, "mcprelay: request lost: the relay restarted before its response")
+	}
+}
+
+// requestIDs decodes a stream record's RequestID: one id, or a batch's
+// array of ids.
+func requestIDs(raw json.RawMessage) []json.RawMessage {
+	raw = idKey(raw)
+	if len(raw) > 0 && raw[0] == '[' {
+		var ids []json.RawMessage
+		if json.Unmarshal(raw, &ids) == nil {
+			for i := range ids {
+				ids[i] = idKey(ids[i])
+			}
+			return ids
+		}
+	}
+	if len(raw) == 0 {
+		return nil
+	}
+	return []json.RawMessage{raw}
+}
+
+// State-setting requests are recorded and replayed to every new backend
+// incarnation, so that the client keeps the log level and subscriptions it
+// set (DESIGN.md §6).
+const (
+	methodSetLevel    = "logging/setLevel"
+	methodSubscribe   = "resources/subscribe"
+	methodUnsubscribe = "resources/unsubscribe"
+)
+
+func isStateSetting(method string) bool {
+	return method == methodSetLevel || method == methodSubscribe || method == methodUnsubscribe
+}
+
+// recordState notes a state-setting request in s.replay and the store.
+func (h *Handler) recordState(ctx context.Context, s *session, m message, raw []byte) {
+	var uri struct {
+		URI string `json:"uri"`
+	}
+	json.Unmarshal(m.Params, &uri)
+	s.mu.Lock()
+	kept := s.replay[:0:0]
+	for _, old := range s.replay {
+		var o struct {
+			Method string `json:"method"`
+			Params struct {
+				URI string `json:"uri"`
+			} `json:"params"`
+		}
+		json.Unmarshal(old, &o)
+		switch {
+		case m.Method == methodSetLevel && o.Method == methodSetLevel:
+			continue // replaced
+		case m.Method != methodSetLevel && o.Method == methodSubscribe && o.Params.URI == uri.URI:
+			continue // re-subscribed or unsubscribed
+		}
+		kept = append(kept, old)
+	}
+	if m.Method != methodUnsubscribe {
+		kept = append(kept, append(json.RawMessage(nil), raw...))
+	}
+	s.replay = kept
+	s.mu.Unlock()
+	rec, err := h.store.Session(ctx, s.id)
+	if err != nil {
+		return
+	}
+	rec.Replay = kept
+	if err := h.store.UpdateSession(ctx, rec); err != nil {
+		h.log.Error("recording a state-setting request", logSession, s.id, "err", err)
+	}
+}
+
+// replayState sends the recorded state-setting requests to a new backend
+// session, each under a relay-owned id, and waits for their answers.
+func (h *Handler) replayState(ctx context.Context, s *session, upstream string) error {
+	s.mu.Lock()
+	reqs := s.replay
+	s.mu.Unlock()
+	for i, raw := range reqs {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &m); err != nil {
+			continue
+		}
+		id := json.RawMessage(`"mcprelay-replay-` + itoa(i) + `"`)
+		m["id"] = id
+		body, _ := json.Marshal(m)
+		resp, err := h.upstreamRequest(ctx, http.MethodPost, upstream, s.version, s.authz, body, "")
+		if err != nil {
+			return err
+		}
+		_, err = firstResponse(resp, id)
+		resp.Body.Close()
+		if err != nil {
+			h.log.Warn("replaying a state-setting request", logSession, s.id, "err", err)
+		}
+	}
+	return nil
+}
+
+func parseStreamKey(s string) (resume.StreamKey, error) { return resume.ParseStreamKey(s) }

@@ -1,0 +1,106 @@
+package relay_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mcprelay/mcprelay/backend"
+	"github.com/mcprelay/mcprelay/eventlog"
+	"github.com/mcprelay/mcprelay/relay"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// TestRelayRestartWithDurableStore "kills" the relay (no seal written, as
+// with kill -9) and its in-process backend mid-call, then starts a new
+// relay on the same store and secret. The session survives under a new
+// incarnation, the in-flight request ends in a reset and an error under
+// its id, the log level the client set is replayed to the new backend, and
+// another principal still gets 404.
+func TestRelayRestartWithDurableStore(t *testing.T) {
+	store := eventlog.NewMemory(eventlog.Retention{})
+	be := newRestartable(func() http.Handler {
+		return backend.SDKHandler(testServer(nil), &mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)})
+	})
+	start := func() *relay.Handler {
+		up := backend.Handler(be)
+		up.StatelessURL = up.URL + "/stateless"
+		h, err := relay.New(relay.Options{Upstream: up, Store: store, Secret: testSecret})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	var current atomic.Pointer[relay.Handler]
+	current.Store(start())
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { current.Load().ServeHTTP(w, r) }))
+	t.Cleanup(func() { current.Load().Close(); srv.CloseClientConnections(); srv.Close(); be.cancel() })
+	e := &env{t: t, url: srv.URL, backend: be}
+	c := codec(t)
+
+	s := e.initialize("2025-11-25", "Bearer alice")
+	if r := s.post(`{"jsonrpc":"2.0","id":100,"method":"logging/setLevel","params":{"level":"info"}}`); r.StatusCode != 200 {
+		t.Fatalf("setLevel: %s", r.Status)
+	} else {
+		events(t, r, 0, 5*time.Second)
+	}
+	id, resp := s.call(1000, 20, true)
+	first, _ := events(t, resp, 2, 5*time.Second)
+
+	// Crash: the old relay stops without sealing anything; the backend dies.
+	old := current.Load()
+	current.Store(start())
+	old.Close()
+	be.restart()
+	srv.CloseClientConnections()
+
+	if r := e.do("GET", map[string]string{"Mcp-Session-Id": s.id, "Authorization": "Bearer mallory", "Last-Event-ID": lastID(first)}, ""); r.StatusCode != 404 {
+		t.Fatalf("another principal after restore: %s, want 404", r.Status)
+	}
+	r := s.get(lastID(first))
+	if r.StatusCode != 200 {
+		t.Fatalf("resume after restart: %s", r.Status)
+	}
+	got, ended := events(t, r, 0, 5*time.Second)
+	if !ended {
+		t.Fatal("resume of the interrupted call hung")
+	}
+	rs := resets(t, got)
+	if len(rs) < 2 || rs[0] != relay.ReasonBackendLost || rs[len(rs)-1] != relay.ReasonGenerationChanged {
+		t.Fatalf("resets %v, want backend_lost ... generation_changed", rs)
+	}
+	var lost *rpc
+	for _, ev := range dataEvents(got) {
+		if ev.Type == "" {
+			m := decode(t, ev.Data)
+			if m.Error != nil {
+				lost = &m
+			}
+		}
+	}
+	if lost == nil || lost.Error.Code != relay.CodeRequestLost || string(lost.ID) != fmt.Sprint(id) {
+		t.Fatalf("no request-lost error for id %d in %+v", id, got)
+	}
+
+	// The session goes on, under incarnation 2, with its log level.
+	_, resp = s.call(3, 0, false)
+	evs, _ := events(t, resp, 0, 5*time.Second)
+	if cur, err := c.Parse(evs[0].ID); err != nil || cur.Generation != 2 {
+		t.Fatalf("after restore: generation %+v %v", cur, err)
+	}
+	logs := 0
+	for _, ev := range dataEvents(evs) {
+		if decode(t, ev.Data).Method == "notifications/message" {
+			logs++
+		}
+	}
+	if logs != 3 {
+		t.Fatalf("got %d log messages, want 3: the log level was not replayed to the new backend", logs)
+	}
+	if n := current.Load().Counts()["restore"]; n != 1 {
+		t.Fatalf("restores: %d", n)
+	}
+}
