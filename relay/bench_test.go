@@ -1,0 +1,128 @@
+package relay_test
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/mcprelay/mcprelay/backend"
+	"github.com/mcprelay/mcprelay/relay"
+)
+
+// benchTarget is an MCP endpoint to measure: the relay in front of the
+// test server, or the SDK handler alone (the baseline, same run).
+func benchTarget(b *testing.B, viaRelay bool) string {
+	b.Helper()
+	var h http.Handler = backend.SDKHandler(testServer(nil), nil)
+	if viaRelay {
+		rh, err := relay.New(relay.Options{Upstream: backend.Handler(h)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { rh.Close() })
+		h = rh
+	}
+	srv := httptest.NewServer(h)
+	b.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func benchPost(b *testing.B, url, sid, body string) *http.Response {
+	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	if sid != "" {
+		req.Header.Set("Mcp-Session-Id", sid)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return resp
+}
+
+func benchSession(b *testing.B, url string) string {
+	resp := benchPost(b, url, "", `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}`)
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	sid := resp.Header.Get("Mcp-Session-Id")
+	resp = benchPost(b, url, sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	resp.Body.Close()
+	return sid
+}
+
+// BenchmarkStreamProgress measures one tools/call streaming b.N progress
+// notifications, counted as received by the client (events/s), through the
+// relay and, as the baseline, from the SDK handler directly.
+func BenchmarkStreamProgress(b *testing.B) {
+	for _, viaRelay := range []bool{false, true} {
+		name := "sdk-direct"
+		if viaRelay {
+			name = "via-relay"
+		}
+		b.Run(name, func(b *testing.B) {
+			url := benchTarget(b, viaRelay)
+			sid := benchSession(b, url)
+			b.ResetTimer()
+			resp := benchPost(b, url, sid, fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"count","arguments":{"n":%d},"_meta":{"progressToken":"t"}}}`, b.N))
+			defer resp.Body.Close()
+			br := bufio.NewReaderSize(resp.Body, 64<<10)
+			got := 0
+			for {
+				line, err := br.ReadSlice('\n')
+				if bytes.HasPrefix(line, []byte("data: {")) {
+					if bytes.Contains(line, []byte(`"notifications/progress"`)) {
+						got++
+					} else if bytes.Contains(line, []byte(`"result"`)) {
+						break
+					}
+				}
+				if err != nil && err != bufio.ErrBufferFull {
+					b.Fatalf("stream ended after %d events: %v", got, err)
+				}
+			}
+			b.StopTimer()
+			if got != b.N {
+				b.Fatalf("received %d of %d events", got, b.N)
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
+}
+
+// BenchmarkIdleSessions measures the heap held per initialized, idle
+// session (no open client stream), with the SDK server in process: the
+// relay's cost is the via-relay figure minus the sdk-direct one.
+func BenchmarkIdleSessions(b *testing.B) {
+	const n = 2000
+	for _, viaRelay := range []bool{false, true} {
+		name := "sdk-direct"
+		if viaRelay {
+			name = "via-relay"
+		}
+		b.Run(name, func(b *testing.B) {
+			for range b.N {
+				url := benchTarget(b, viaRelay)
+				benchSession(b, url) // warm up
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				g0 := runtime.NumGoroutine()
+				for range n {
+					benchSession(b, url)
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "heapB/session")
+				b.ReportMetric(float64(runtime.NumGoroutine()-g0)/n, "goroutines/session")
+			}
+		})
+	}
+}
