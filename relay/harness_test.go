@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/mcprelay/mcprelay/eventlog"
 	"github.com/mcprelay/mcprelay/relay"
 	"github.com/mcprelay/mcprelay/sse"
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -71,8 +73,27 @@ func testServer(gate <-chan struct{}) *mcp.Server {
 		time.Sleep(100 * time.Millisecond)
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "polled"}}}, nil, nil
 	})
+	mcp.AddTool(s, &mcp.Tool{Name: "block", Description: "blocks until cancelled"}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		<-ctx.Done()
+		select {
+		case blockCancelled <- struct{}{}:
+		default:
+		}
+		return nil, nil, ctx.Err()
+	})
+	mcp.AddTool(s, &mcp.Tool{Name: "addtool", Description: "adds a tool: tools/list_changed goes to every session's standalone stream"}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		s.AddTool(&mcp.Tool{Name: fmt.Sprintf("added-%d", addedTools.Add(1)), InputSchema: &jsonschema.Schema{Type: "object"}}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{}, nil
+		})
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "added"}}}, nil, nil
+	})
 	return s
 }
+
+var (
+	blockCancelled = make(chan struct{}, 1)
+	addedTools     atomic.Int64
+)
 
 // restartable is an in-process backend that can be "restarted": the old
 // server's in-flight requests are cut, as by a crash, and a new server
