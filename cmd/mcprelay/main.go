@@ -14,7 +14,8 @@ import (
 const usage = `usage: mcprelay <command> [flags]
 
 commands:
-  serve   run the relay (default: in front of the built-in example server on 127.0.0.1:8080/mcp)
+  serve            run the relay (default: in front of the built-in example server on 127.0.0.1:8080/mcp)
+  example-server   run the built-in example server alone (to put behind "serve --upstream")
 
 Run "mcprelay <command> -h" for a command's flags.
 `
@@ -28,6 +29,8 @@ func main() {
 	switch os.Args[1] {
 	case "serve":
 		err = serve(os.Args[2:])
+	case "example-server":
+		err = exampleServer(os.Args[2:])
 	case "-h", "-help", "--help", "help":
 		fmt.Print(usage)
 		return

@@ -27,6 +27,7 @@ func serve(args []string) error {
 	var (
 		addr          = fs.String("addr", "127.0.0.1:8080", "listen address (the endpoint is /mcp)")
 		upstream      = fs.String("upstream", "", "URL of the Streamable HTTP MCP server to front (default: the built-in example server, in process)")
+		statelessURL  = fs.String("upstream-stateless", "", "URL for stateless 2026-07-28 requests, if the upstream serves them elsewhere (default: --upstream)")
 		retainEvents  = fs.Int("retain-events", 10000, "events kept per session, across its streams")
 		retainBytes   = fs.Int64("retain-bytes", 8<<20, "bytes of event data kept per session")
 		grace         = fs.Duration("terminal-grace", 5*time.Minute, "how long a finished stream stays resumable")
@@ -67,6 +68,7 @@ func serve(args []string) error {
 			return fmt.Errorf("serve: --upstream must be an http(s) URL, got %q", *upstream)
 		}
 		up = backend.Remote(*upstream)
+		up.StatelessURL = *statelessURL
 	}
 	store := eventlog.NewMemory(eventlog.Retention{MaxEvents: *retainEvents, MaxBytes: *retainBytes, TerminalGrace: *grace})
 	defer store.Close()

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/mcprelay/mcprelay/backend"
+	"github.com/mcprelay/mcprelay/exampleserver"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// exampleServer serves the built-in example server directly, without the
+// relay, over a socket: a stand-in for any remote MCP server, to put
+// behind "mcprelay serve --upstream".
+func exampleServer(args []string) error {
+	fs := flag.NewFlagSet("example-server", flag.ContinueOnError)
+	addr := fs.String("addr", "127.0.0.1:8081", "listen address; session traffic on /mcp, stateless (2026-07-28) on /mcp/stateless")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	logLevel := fs.String("log-level", "info", "log level")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	log, err := newLogger(*logFormat, *logLevel)
+	if err != nil {
+		return err
+	}
+	srv := exampleserver.New(&exampleserver.Options{Logger: log})
+	h := backend.SDKHandler(srv, &mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil), Logger: log})
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	log.Info("example MCP server listening", "url", fmt.Sprintf("http://%s/mcp", ln.Addr()))
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return hs.Shutdown(sctx)
+}
