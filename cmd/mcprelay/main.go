@@ -15,6 +15,7 @@ const usage = `usage: mcprelay <command> [flags]
 
 commands:
   serve            run the relay (default: in front of the built-in example server on 127.0.0.1:8080/mcp)
+  probe            audit any MCP server URL for unsafe resumption (exit 1 if unsafe)
   example-server   run the built-in example server alone (to put behind "serve --upstream")
 
 Run "mcprelay <command> -h" for a command's flags.
@@ -29,6 +30,8 @@ func main() {
 	switch os.Args[1] {
 	case "serve":
 		err = serve(os.Args[2:])
+	case "probe":
+		err = probeCmd(os.Args[2:])
 	case "example-server":
 		err = exampleServer(os.Args[2:])
 	case "-h", "-help", "--help", "help":
