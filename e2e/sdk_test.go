@@ -1,0 +1,633 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"image/png"
+	"net/http"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcprelay/mcprelay/backend"
+	"github.com/mcprelay/mcprelay/exampleserver"
+	"github.com/mcprelay/mcprelay/relay"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// sdkWait bounds every SDK call, so that a relay that loses a response
+// fails the test instead of hanging it.
+const sdkWait = 20 * time.Second
+
+// sdkClient is an official-Go-SDK client session through the relay, with
+// sampling and elicitation answered the way the example server's own tests
+// answer them, and every notification recorded on channels.
+type sdkClient struct {
+	cs       *mcp.ClientSession
+	samples  chan *mcp.CreateMessageParams
+	elicits  chan *mcp.ElicitParams
+	progress chan *mcp.ProgressNotificationParams
+	logs     chan *mcp.LoggingMessageParams
+}
+
+func connectSDK(t *testing.T, url, version string, client *http.Client) *sdkClient {
+	t.Helper()
+	c := &sdkClient{
+		samples:  make(chan *mcp.CreateMessageParams, 8),
+		elicits:  make(chan *mcp.ElicitParams, 8),
+		progress: make(chan *mcp.ProgressNotificationParams, 4096),
+		logs:     make(chan *mcp.LoggingMessageParams, 64),
+	}
+	cl := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, &mcp.ClientOptions{
+		CreateMessageHandler: func(_ context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			c.samples <- req.Params
+			return &mcp.CreateMessageResult{Role: "assistant", Model: "test-model",
+				Content: &mcp.TextContent{Text: "This is a test response from the client"}}, nil
+		},
+		ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			c.elicits <- req.Params
+			raw, _ := json.Marshal(req.Params.RequestedSchema)
+			var s struct{ Properties map[string]any }
+			json.Unmarshal(raw, &s)
+			content := map[string]any{}
+			switch {
+			case s.Properties["username"] != nil:
+				content = map[string]any{"username": "testuser", "email": "test@example.com"}
+			case s.Properties["age"] != nil:
+				content = map[string]any{"name": "Jane Smith", "age": 25, "score": 88, "status": "inactive", "verified": false}
+			case s.Properties["untitledSingle"] != nil:
+				content = map[string]any{"untitledSingle": "option1", "titledSingle": "value1", "legacyEnum": "opt1",
+					"untitledMulti": []any{"option1", "option2"}, "titledMulti": []any{"value1", "value2"}}
+			}
+			return &mcp.ElicitResult{Action: "accept", Content: content}, nil
+		},
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			c.progress <- req.Params
+		},
+		LoggingMessageHandler: func(_ context.Context, req *mcp.LoggingMessageRequest) {
+			select {
+			case c.logs <- req.Params:
+			default:
+			}
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), sdkWait)
+	defer cancel()
+	cs, err := cl.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: client}, &mcp.ClientSessionOptions{ProtocolVersion: version})
+	if err != nil {
+		t.Fatalf("connect at %q: %v", version, err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	c.cs = cs
+	return c
+}
+
+func onlyText(t *testing.T, res *mcp.CallToolResult) string {
+	t.Helper()
+	if len(res.Content) != 1 {
+		t.Fatalf("content has %d items, want 1: %+v", len(res.Content), res.Content)
+	}
+	tc, ok := res.Content[0].(*mcp.TextContent)
+	if !ok {
+		t.Fatalf("content is %T, want text", res.Content[0])
+	}
+	return tc.Text
+}
+
+func checkPNG(t *testing.T, data []byte) {
+	t.Helper()
+	if _, err := png.Decode(bytes.NewReader(data)); err != nil {
+		t.Errorf("image data is not a valid PNG: %v", err)
+	}
+}
+
+// receive returns the next value on ch, failing the test after sdkWait.
+func receive[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(sdkWait):
+		t.Fatalf("no %s within %v", what, sdkWait)
+		panic("unreachable")
+	}
+}
+
+// legacyRequestRefused checks the result of a tool that sends the client a
+// request (sampling, elicitation) at 2026-07-28: the example server uses the
+// legacy server-to-client requests, which the SDK server refuses to send at
+// that revision (it wants SEP-2322 input requests), with or without the
+// relay. The relay must carry that tool error through unchanged.
+func legacyRequestRefused(t *testing.T, _ *sdkClient, res *mcp.CallToolResult) {
+	t.Helper()
+	if got := onlyText(t, res); !res.IsError || !strings.Contains(got, "cannot be sent while serving a request on protocol version 2026-07-28") {
+		t.Errorf("result %q (isError %v), want the SDK's refusal of a legacy server-to-client request", got, res.IsError)
+	}
+}
+
+// exampleTools is every tool of the example server with valid arguments
+// and what its result must be (the example server's own tests' checks).
+var exampleTools = []struct {
+	tool  string
+	args  any
+	token any // progress token, if the call sets one
+	check func(t *testing.T, c *sdkClient, res *mcp.CallToolResult)
+	// modern, if set, replaces check at 2026-07-28, where the example
+	// server behaves differently with or without the relay (see below).
+	modern func(t *testing.T, c *sdkClient, res *mcp.CallToolResult)
+}{
+	{"test_simple_text", map[string]any{}, nil, func(t *testing.T, _ *sdkClient, res *mcp.CallToolResult) {
+		if got := onlyText(t, res); got != "This is a simple text response for testing." {
+			t.Errorf("text %q", got)
+		}
+	}, nil},
+	{"test_image_content", map[string]any{}, nil, func(t *testing.T, _ *sdkClient, res *mcp.CallToolResult) {
+		img, ok := res.Content[0].(*mcp.ImageContent)
+		if len(res.Content) != 1 || !ok || img.MIMEType != "image/png" {
+			t.Fatalf("content %+v, want one image/png", res.Content)
+		}
+		checkPNG(t, img.Data)
+	}, nil},
+	{"test_audio_content", map[string]any{}, nil, func(t *testing.T, _ *sdkClient, res *mcp.CallToolResult) {
+		a, ok := res.Content[0].(*mcp.AudioContent)
+		if len(res.Content) != 1 || !ok || a.MIMEType != "audio/wav" {
+			t.Fatalf("content %+v, want one audio/wav", res.Content)
+		}
+		if len(a.Data) < 44 || string(a.Data[:4]) != "RIFF" || string(a.Data[8:16]) != "WAVEfmt " {
+			t.Errorf("audio data is not a WAV file")
+		}
+	}, nil},
+	{"test_embedded_resource", map[string]any{}, nil, func(t *testing.T, _ *sdkClient, res *mcp.CallToolResult) {
+		r, ok := res.Content[0].(*mcp.EmbeddedResource)
+		if len(res.Content) != 1 || !ok {
+			t.Fatalf("content %+v, want one resource", res.Content)
+		}
+		want := mcp.ResourceContents{URI: "test://embedded-resource", MIMEType: "text/plain", Text: "This is an embedded resource content."}
+		if !reflect.DeepEqual(*r.Resource, want) {
+			t.Errorf("resource %+v, want %+v", *r.Resource, want)
+		}
+	}, nil},
+	{"test_multiple_content_types", map[string]any{}, nil, func(t *testing.T, _ *sdkClient, res *mcp.CallToolResult) {
+		if len(res.Content) != 3 {
+			t.Fatalf("content has %d items, want 3", len(res.Content))
+		}
+		if tc, ok := res.Content[0].(*mcp.TextContent); !ok || tc.Text != "Multiple content types test:" {
+			t.Errorf("item 0 = %+v", res.Content[0])
+		}
+		if img, ok := res.Content[1].(*mcp.ImageContent); !ok || img.MIMEType != "image/png" {
+			t.Errorf("item 1 = %+v", res.Content[1])
+		} else {
+			checkPNG(t, img.Data)
+		}
+		want := mcp.ResourceContents{URI: "test://mixed-content-resource", MIMEType: "application/json", Text: `{"test":"data","value":123}`}
+		if r, ok := res.Content[2].(*mcp.EmbeddedResource); !ok || !reflect.DeepEqual(*r.Resource, want) {
+			t.Errorf("item 2 = %+v, want resource %+v", res.Content[2], want)
+		}
+	}, nil},
+	{"test_tool_with_logging", map[string]any{}, nil, func(t *testing.T, c *sdkClient, res *mcp.CallToolResult) {
+		if got := onlyText(t, res); got != "Tool with logging executed successfully" {
+			t.Errorf("text %q", got)
+		}
+		// Log messages are sent only at or above the session's level; the
+		// client set "debug" first, so all three come, in order.
+		var got []any
+		for range 3 {
+			got = append(got, receive(t, c.logs, "log message").Data)
+		}
+		if want := []any{"Tool execution started", "Tool processing data", "Tool execution completed"}; !reflect.DeepEqual(got, want) {
+			t.Errorf("logs %v, want %v", got, want)
+		}
+	}, func(t *testing.T, _ *sdkClient, res *mcp.CallToolResult) {
+		// At 2026-07-28 the SDK client cannot set a log level (the SDK
+		// server rejects its logging/setLevel for a missing _meta
+		// protocolVersion, also without the relay), so no log is sent.
+		if got := onlyText(t, res); got != "Tool with logging executed successfully" {
+			t.Errorf("text %q", got)
+		}
+	}},
+	{"test_tool_with_progress", map[string]any{}, "every-tool-progress", func(t *testing.T, c *sdkClient, res *mcp.CallToolResult) {
+		if got := onlyText(t, res); got != "Tool with progress executed successfully" {
+			t.Errorf("text %q", got)
+		}
+		var got []float64
+		for range 3 {
+			p := receive(t, c.progress, "progress notification")
+			if p.ProgressToken != "every-tool-progress" || p.Total != 100 {
+				t.Errorf("progress %+v", p)
+			}
+			got = append(got, p.Progress)
+		}
+		if want := []float64{0, 50, 100}; !reflect.DeepEqual(got, want) {
+			t.Errorf("progress %v, want %v", got, want)
+		}
+	}, nil},
+	{"test_error_handling", map[string]any{}, nil, func(t *testing.T, _ *sdkClient, res *mcp.CallToolResult) {
+		if !res.IsError || onlyText(t, res) != "This tool intentionally returns an error for testing" {
+			t.Errorf("result %+v, want the tool error", res)
+		}
+	}, nil},
+	{"test_sampling", map[string]any{"prompt": "Test prompt for sampling"}, nil, func(t *testing.T, c *sdkClient, res *mcp.CallToolResult) {
+		if got := onlyText(t, res); got != "LLM response: This is a test response from the client" {
+			t.Errorf("text %q", got)
+		}
+		p := receive(t, c.samples, "sampling request")
+		if p.MaxTokens != 100 || len(p.Messages) != 1 || p.Messages[0].Role != "user" {
+			t.Fatalf("sampling request %+v, want one user message and maxTokens 100", p)
+		}
+		if tc, ok := p.Messages[0].Content.(*mcp.TextContent); !ok || tc.Text != "Test prompt for sampling" {
+			t.Errorf("sampling message %+v", p.Messages[0].Content)
+		}
+	}, legacyRequestRefused},
+	{"test_elicitation", map[string]any{"message": "Please provide your information"}, nil, func(t *testing.T, c *sdkClient, res *mcp.CallToolResult) {
+		want := `User response: action=accept, content={"email":"test@example.com","username":"testuser"}`
+		if got := onlyText(t, res); got != want {
+			t.Errorf("text %q, want %q", got, want)
+		}
+		if p := receive(t, c.elicits, "elicitation"); p.Message != "Please provide your information" {
+			t.Errorf("elicitation message %q", p.Message)
+		}
+	}, legacyRequestRefused},
+	{"test_elicitation_sep1034_defaults", map[string]any{}, nil, func(t *testing.T, c *sdkClient, res *mcp.CallToolResult) {
+		want := `Elicitation completed: action=accept, content={"age":25,"name":"Jane Smith","score":88,"status":"inactive","verified":false}`
+		if got := onlyText(t, res); got != want {
+			t.Errorf("text %q, want %q", got, want)
+		}
+		receive(t, c.elicits, "elicitation")
+	}, legacyRequestRefused},
+	{"test_elicitation_sep1330_enums", map[string]any{}, nil, func(t *testing.T, c *sdkClient, res *mcp.CallToolResult) {
+		want := `Elicitation completed: action=accept, content={"legacyEnum":"opt1","titledMulti":["value1","value2"],"titledSingle":"value1","untitledMulti":["option1","option2"],"untitledSingle":"option1"}`
+		if got := onlyText(t, res); got != want {
+			t.Errorf("text %q, want %q", got, want)
+		}
+		receive(t, c.elicits, "elicitation")
+	}, legacyRequestRefused},
+	{"json_schema_2020_12_tool", map[string]any{"name": "x", "address": map[string]any{"city": "y"}}, nil, func(t *testing.T, _ *sdkClient, res *mcp.CallToolResult) {
+		if got := onlyText(t, res); res.IsError || got != `JSON Schema 2020-12 tool called with: {"address":{"city":"y"},"name":"x"}` {
+			t.Errorf("result %q (isError %v)", got, res.IsError)
+		}
+	}, nil},
+	{"test_reconnection", map[string]any{}, nil, func(t *testing.T, _ *sdkClient, res *mcp.CallToolResult) {
+		if got := onlyText(t, res); got != "Reconnection test completed successfully" {
+			t.Errorf("text %q", got)
+		}
+	}, nil},
+	{"stream_progress", map[string]any{"count": 5, "interval_ms": 10}, "every-tool-stream", func(t *testing.T, c *sdkClient, res *mcp.CallToolResult) {
+		if got := onlyText(t, res); got != "streamed 5 events" {
+			t.Errorf("text %q", got)
+		}
+		for i := 1; i <= 5; i++ {
+			p := receive(t, c.progress, "progress notification")
+			if p.ProgressToken != "every-tool-stream" || p.Progress != float64(i) || p.Total != 5 {
+				t.Errorf("progress %d = %+v", i, p)
+			}
+		}
+	}, nil},
+}
+
+// TestSDKClientEveryTool drives the relay, in front of the example server,
+// with the official Go SDK client: every tool, resource and prompt, at
+// 2025-11-25 (sessions, relay-owned streams) and at the client's default
+// revision (2026-07-28, stateless pass-through).
+func TestSDKClientEveryTool(t *testing.T) {
+	_, url := startRelay(t, relay.Options{
+		Upstream: backend.SDK(exampleserver.New(nil), &mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)}),
+	})
+	for _, version := range []string{"2025-11-25", ""} {
+		name := version
+		if name == "" {
+			name = "default"
+		}
+		t.Run(name, func(t *testing.T) {
+			c := connectSDK(t, url, version, nil)
+			ctx, cancel := context.WithTimeout(t.Context(), 2*sdkWait)
+			defer cancel()
+			got := c.cs.InitializeResult().ProtocolVersion
+			if version != "" && got != version {
+				t.Fatalf("negotiated %q, want %q", got, version)
+			}
+			t.Logf("negotiated protocol %s, session %q", got, c.cs.ID())
+			if version != "" && c.cs.ID() == "" {
+				t.Fatal("no session ID at a session-based revision")
+			}
+			if version != "" {
+				if err := c.cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "debug"}); err != nil {
+					t.Fatalf("logging/setLevel: %v", err)
+				}
+			}
+
+			list, err := c.cs.ListTools(ctx, nil)
+			if err != nil {
+				t.Fatalf("tools/list: %v", err)
+			}
+			var names, want []string
+			for _, tool := range list.Tools {
+				names = append(names, tool.Name)
+			}
+			for _, tt := range exampleTools {
+				want = append(want, tt.tool)
+			}
+			slices.Sort(names)
+			slices.Sort(want)
+			if !slices.Equal(names, want) {
+				t.Fatalf("tools\n got %v\nwant %v (every tool must be called)", names, want)
+			}
+
+			for _, tt := range exampleTools {
+				t.Run(tt.tool, func(t *testing.T) {
+					p := &mcp.CallToolParams{Name: tt.tool, Arguments: tt.args}
+					if tt.token != nil {
+						p.SetProgressToken(tt.token)
+					}
+					ctx, cancel := context.WithTimeout(t.Context(), sdkWait)
+					defer cancel()
+					res, err := c.cs.CallTool(ctx, p)
+					if err != nil {
+						t.Fatalf("tools/call %s: %v", tt.tool, err)
+					}
+					if version == "" && tt.modern != nil {
+						tt.modern(t, c, res)
+						return
+					}
+					tt.check(t, c, res)
+				})
+			}
+
+			t.Run("resources", func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(t.Context(), sdkWait)
+				defer cancel()
+				res, err := c.cs.ListResources(ctx, nil)
+				if err != nil {
+					t.Fatalf("resources/list: %v", err)
+				}
+				var uris []string
+				for _, r := range res.Resources {
+					uris = append(uris, r.URI)
+				}
+				if want := []string{"test://static-binary", "test://static-text", "test://watched-resource"}; !reflect.DeepEqual(uris, want) {
+					t.Errorf("resources %v, want %v", uris, want)
+				}
+				tests := []struct {
+					uri  string
+					want mcp.ResourceContents // Blob is checked as a PNG when non-nil
+				}{
+					{"test://static-text", mcp.ResourceContents{URI: "test://static-text", MIMEType: "text/plain", Text: "This is the content of the static text resource."}},
+					{"test://static-binary", mcp.ResourceContents{URI: "test://static-binary", MIMEType: "image/png", Blob: []byte{}}},
+					{"test://watched-resource", mcp.ResourceContents{URI: "test://watched-resource", MIMEType: "text/plain", Text: "Watched resource content"}},
+					{"test://template/123/data", mcp.ResourceContents{URI: "test://template/123/data", MIMEType: "application/json", Text: `{"id":"123","templateTest":true,"data":"Data for ID: 123"}`}},
+				}
+				for _, tt := range tests {
+					res, err := c.cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: tt.uri})
+					if err != nil {
+						t.Errorf("resources/read %s: %v", tt.uri, err)
+						continue
+					}
+					if len(res.Contents) != 1 {
+						t.Errorf("%s: %d contents, want 1", tt.uri, len(res.Contents))
+						continue
+					}
+					got := *res.Contents[0]
+					if tt.want.Blob != nil {
+						checkPNG(t, got.Blob)
+						got.Blob, tt.want.Blob = nil, nil
+					}
+					if !reflect.DeepEqual(got, tt.want) {
+						t.Errorf("%s: got %+v, want %+v", tt.uri, got, tt.want)
+					}
+				}
+			})
+
+			t.Run("prompts", func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(t.Context(), sdkWait)
+				defer cancel()
+				text := func(s string) mcp.Content { return &mcp.TextContent{Text: s} }
+				tests := []struct {
+					name string
+					args map[string]string
+					want []mcp.Content // an *mcp.ImageContent entry only needs to hold a PNG
+				}{
+					{"test_simple_prompt", nil, []mcp.Content{text("This is a simple prompt for testing.")}},
+					{"test_prompt_with_arguments", map[string]string{"arg1": "hello", "arg2": "world"},
+						[]mcp.Content{text("Prompt with arguments: arg1='hello', arg2='world'")}},
+					{"test_prompt_with_embedded_resource", map[string]string{"resourceUri": "test://example-resource"}, []mcp.Content{
+						&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: "test://example-resource", MIMEType: "text/plain", Text: "Embedded resource content for testing."}},
+						text("Please process the embedded resource above."),
+					}},
+					{"test_prompt_with_image", nil, []mcp.Content{&mcp.ImageContent{MIMEType: "image/png"}, text("Please analyze the image above.")}},
+				}
+				for _, tt := range tests {
+					res, err := c.cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: tt.name, Arguments: tt.args})
+					if err != nil {
+						t.Errorf("prompts/get %s: %v", tt.name, err)
+						continue
+					}
+					if len(res.Messages) != len(tt.want) {
+						t.Errorf("%s: %d messages, want %d", tt.name, len(res.Messages), len(tt.want))
+						continue
+					}
+					for i, m := range res.Messages {
+						got := m.Content
+						if img, ok := got.(*mcp.ImageContent); ok {
+							checkPNG(t, img.Data)
+							got = &mcp.ImageContent{MIMEType: img.MIMEType}
+						}
+						if m.Role != "user" || !reflect.DeepEqual(got, tt.want[i]) {
+							t.Errorf("%s message %d = %s %+v, want user %+v", tt.name, i, m.Role, got, tt.want[i])
+						}
+					}
+				}
+			})
+		})
+	}
+}
+
+// cutter is an http.RoundTripper that cuts the bodies of the SSE responses
+// the client receives (tools/call POST streams, the standalone GET stream
+// and GET resumes), one offset per response in the order they arrive, as
+// a dropped connection would.
+type cutter struct {
+	base http.RoundTripper
+
+	mu      sync.Mutex
+	offsets []int    // offsets still to apply, in order
+	log     []string // what happened, for failure messages
+	cuts    int
+	resumes int
+}
+
+func (c *cutter) RoundTrip(req *http.Request) (*http.Response, error) {
+	var body []byte
+	if req.Body != nil {
+		var buf bytes.Buffer
+		buf.ReadFrom(req.Body)
+		req.Body.Close()
+		body = buf.Bytes()
+		req.Body = nopCloser{bytes.NewReader(body)}
+	}
+	resp, err := c.base.RoundTrip(req)
+	if err != nil {
+		return resp, err
+	}
+	lei := req.Header.Get("Last-Event-ID")
+	isCall := req.Method == http.MethodPost && bytes.Contains(body, []byte(`"tools/call"`))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	what := req.Method
+	switch {
+	case lei != "":
+		c.resumes++
+		what = "GET resume"
+	case req.Method == http.MethodGet:
+		what = "GET standalone"
+	case isCall:
+		what = "POST tools/call"
+	default:
+		return resp, nil
+	}
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") || len(c.offsets) == 0 {
+		c.log = append(c.log, fmt.Sprintf("%s -> %s", what, resp.Status))
+		return resp, nil
+	}
+	off := c.offsets[0]
+	c.offsets = c.offsets[1:]
+	c.log = append(c.log, fmt.Sprintf("%s -> %s, cut after %d bytes", what, resp.Status, off))
+	resp.Body = &cutBody{rc: resp.Body, limit: off, onCut: func() {
+		c.mu.Lock()
+		c.cuts++
+		c.log = append(c.log, fmt.Sprintf("cut %s after %d bytes", what, off))
+		c.mu.Unlock()
+	}}
+	return resp, nil
+}
+
+type nopCloser struct{ *bytes.Reader }
+
+func (nopCloser) Close() error { return nil }
+
+// requestStreamTool is the name of a tool this test adds to the example
+// server: stream_progress, but with its progress notifications sent in the
+// request's context, so that the SDK server puts them on the request's own
+// POST stream. (The example server's stream_progress notifies with
+// context.Background(), so the SDK server sends its progress on the
+// session's standalone GET stream, and only the result on the POST stream.)
+const requestStreamTool = "stream_progress_on_request"
+
+func addRequestStreamTool(s *mcp.Server) {
+	type args struct {
+		Count      int `json:"count"`
+		IntervalMS int `json:"interval_ms"`
+	}
+	mcp.AddTool(s, &mcp.Tool{Name: requestStreamTool, Description: "stream_progress on the request's stream"},
+		func(ctx context.Context, req *mcp.CallToolRequest, a args) (*mcp.CallToolResult, any, error) {
+			for i := 1; i <= a.Count; i++ {
+				if i > 1 {
+					select {
+					case <-ctx.Done():
+						return nil, nil, ctx.Err()
+					case <-time.After(time.Duration(a.IntervalMS) * time.Millisecond):
+					}
+				}
+				if err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+					ProgressToken: req.Params.GetProgressToken(), Progress: float64(i), Total: float64(a.Count),
+					Message: fmt.Sprintf("step %d of %d", i, a.Count),
+				}); err != nil {
+					return nil, nil, err
+				}
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("streamed %d events", a.Count)}}}, nil, nil
+		})
+}
+
+// TestSDKClientResumesCutStream cuts the SDK client's streams while a
+// streaming call runs and checks that the client resumes through the relay
+// (GET with Last-Event-ID) and sees every progress notification exactly
+// once, in order, and the result.
+func TestSDKClientResumesCutStream(t *testing.T) {
+	const count, intervalMS = 60, 30 // ~1.8 s of streaming
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rnd := newRand(seed)
+	once := func() []int { return []int{1500, 1500} }
+	several := func() []int {
+		// At most 5 offsets: the SDK client gives up after 5 reconnections
+		// that bring no new event ID. Each is past the stream's priming
+		// event, so every cut comes after some progress.
+		var offs []int
+		for range 5 {
+			offs = append(offs, rnd.between(300, 2500))
+		}
+		return offs
+	}
+	tests := []struct {
+		name     string
+		tool     string
+		offsets  func() []int
+		minCuts  int
+		protocol string
+	}{
+		// The example server's own stream_progress: the progress flows on
+		// the standalone GET stream (see requestStreamTool).
+		{"stream_progress/cut once", "stream_progress", once, 1, "2025-11-25"},
+		{"stream_progress/cut several times", "stream_progress", several, 2, "2025-11-25"},
+		// Progress and result on the POST stream: the cut POST stream is
+		// resumed by GET.
+		{"request stream/cut once", requestStreamTool, once, 1, "2025-11-25"},
+		{"request stream/cut several times", requestStreamTool, several, 2, "2025-11-25"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := exampleserver.New(nil)
+			addRequestStreamTool(srv)
+			_, url := startRelay(t, relay.Options{
+				Upstream: backend.SDK(srv, &mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)}),
+			})
+			cut := &cutter{base: http.DefaultTransport, offsets: tt.offsets()}
+			c := connectSDK(t, url, tt.protocol, &http.Client{Transport: cut})
+			ctx, cancel := context.WithTimeout(t.Context(), sdkWait)
+			defer cancel()
+			p := &mcp.CallToolParams{Name: tt.tool, Arguments: map[string]any{"count": count, "interval_ms": intervalMS}}
+			p.SetProgressToken("cut-stream")
+			res, err := c.cs.CallTool(ctx, p)
+			report := func() string {
+				cut.mu.Lock()
+				defer cut.mu.Unlock()
+				return fmt.Sprintf("%d cuts, %d resumes:\n\t%s", cut.cuts, cut.resumes, strings.Join(cut.log, "\n\t"))
+			}
+			if err != nil {
+				t.Fatalf("tools/call: %v\n%s", err, report())
+			}
+			if got, want := onlyText(t, res), fmt.Sprintf("streamed %d events", count); got != want {
+				t.Errorf("result %q, want %q", got, want)
+			}
+			// Notification handlers may run after CallTool returns: wait on
+			// the channel, bounded.
+			for i := 1; i <= count; i++ {
+				n := receive(t, c.progress, fmt.Sprintf("progress notification %d (%s)", i, report()))
+				if n.ProgressToken != "cut-stream" || n.Progress != float64(i) || n.Total != count {
+					t.Fatalf("progress notification %d = %+v, want %d/%d (exactly once, in order)\n%s", i, n, i, count, report())
+				}
+			}
+			// A round trip after the result: nothing extra may follow.
+			if err := c.cs.Ping(ctx, nil); err != nil {
+				t.Fatalf("ping: %v", err)
+			}
+			select {
+			case n := <-c.progress:
+				t.Fatalf("extra progress notification %+v after all %d\n%s", n, count, report())
+			default:
+			}
+			cut.mu.Lock()
+			cuts, resumes := cut.cuts, cut.resumes
+			cut.mu.Unlock()
+			if cuts < tt.minCuts || resumes < cuts {
+				t.Fatalf("the test did not exercise resumption: %s", report())
+			}
+			t.Log(report())
+		})
+	}
+}
