@@ -4,7 +4,10 @@ go 1.26
 
 toolchain go1.27.3
 
-require github.com/modelcontextprotocol/go-sdk v1.8.0
+require (
+	github.com/modelcontextprotocol/go-sdk v1.8.0
+	go.etcd.io/bbolt v1.4.3
+)
 
 require (
 	github.com/google/jsonschema-go v0.4.3 // indirect

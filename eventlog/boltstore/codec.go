@@ -1,0 +1,274 @@
+package boltstore
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"time"
+
+	"github.com/mcprelay/mcprelay/eventlog"
+)
+
+// On-disk layout. Every integer in a key is big-endian so that byte order is
+// numeric order; values use uvarints. Sessions and streams get a numeric id
+// (from their bucket's NextSequence) so that the keys of the other buckets
+// have a fixed width and one stream's events are contiguous.
+var (
+	bucketMeta     = []byte("meta")     // "version" → formatVersion
+	bucketSessions = []byte("sessions") // session ID → sessNum(8) | session fields
+	bucketStreams  = []byte("streams")  // stream key → stream record (see encodeStream)
+	bucketEvents   = []byte("events")   // streamNum(8) | seq(8) → uvarint(len(type)) | type | data
+	bucketIndex    = []byte("sessidx")  // sessNum(8) | streamNum(8) → stream key
+	bucketOrder    = []byte("order")    // sessNum(8) | ord(8) → streamNum(8) | uvarint(n): a run of n events in append order
+
+	keyVersion = []byte("version")
+)
+
+// formatVersion is stored in the meta bucket; Open refuses other versions.
+const formatVersion = 1
+
+// pair returns the 16-byte key a(8) | b(8), appended to dst.
+func pair(dst []byte, a, b uint64) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, a)
+	return binary.BigEndian.AppendUint64(dst, b)
+}
+
+// appendEvent appends the stored value of e to dst.
+func appendEvent(dst []byte, e *eventlog.Event) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(e.Type)))
+	dst = append(dst, e.Type...)
+	return append(dst, e.Data...)
+}
+
+// eventDataLen returns len(Data) of a stored event value.
+func eventDataLen(v []byte) int64 {
+	n, w := binary.Uvarint(v)
+	if w <= 0 || uint64(len(v)-w) < n {
+		return 0
+	}
+	return int64(len(v) - w - int(n))
+}
+
+// decodeEvent decodes a stored event value. Data aliases v.
+func decodeEvent(seq uint64, v []byte) (eventlog.Event, error) {
+	n, w := binary.Uvarint(v)
+	if w <= 0 || uint64(len(v)-w) < n {
+		return eventlog.Event{}, ErrCorrupt
+	}
+	return eventlog.Event{Seq: seq, Type: internType(v[w : w+int(n)]), Data: v[w+int(n):]}, nil
+}
+
+// internType returns the event types the relay writes without allocating.
+func internType(b []byte) string {
+	switch string(b) {
+	case "":
+		return ""
+	case "reset":
+		return "reset"
+	case "message":
+		return "message"
+	}
+	return string(b)
+}
+
+// appendBytes appends a length-prefixed byte string. With nilable, nil and
+// empty are told apart (0 means nil, n+1 means n bytes).
+func appendBytes(dst, b []byte, nilable bool) []byte {
+	n := uint64(len(b))
+	if nilable {
+		if b == nil {
+			return binary.AppendUvarint(dst, 0)
+		}
+		n++
+	}
+	dst = binary.AppendUvarint(dst, n)
+	return append(dst, b...)
+}
+
+func appendString(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+// decoder reads what the append functions wrote. The first failure sticks;
+// byte strings are copied out, so results outlive the transaction.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail() { d.err, d.b = ErrCorrupt, nil }
+
+func (d *decoder) uint64() uint64 {
+	if len(d.b) < 8 {
+		d.fail()
+		return 0
+	}
+	v := binary.BigEndian.Uint64(d.b)
+	d.b = d.b[8:]
+	return v
+}
+
+func (d *decoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) byte() byte {
+	if len(d.b) < 1 {
+		d.fail()
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+
+// raw returns the next n bytes without copying.
+func (d *decoder) raw(n uint64) []byte {
+	if uint64(len(d.b)) < n {
+		d.fail()
+		return nil
+	}
+	v := d.b[:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) string() string { return string(d.raw(d.uvarint())) }
+
+func (d *decoder) bytes(nilable bool) []byte {
+	n := d.uvarint()
+	if nilable {
+		if n == 0 || d.err != nil {
+			return nil
+		}
+		n--
+	}
+	return append([]byte{}, d.raw(n)...)
+}
+
+// encodeSession returns sessNum(8) | fields of s. The session ID is the key.
+func encodeSession(num uint64, s *eventlog.Session) []byte {
+	b := binary.BigEndian.AppendUint64(make([]byte, 0, 128+len(s.InitializeParams)), num)
+	b = appendString(b, s.Principal)
+	b = appendString(b, s.ProtocolVersion)
+	b = appendBytes(b, s.InitializeParams, true)
+	b = binary.AppendUvarint(b, s.Incarnation)
+	b = appendString(b, s.Upstream)
+	if s.Replay == nil {
+		b = binary.AppendUvarint(b, 0)
+	} else {
+		b = binary.AppendUvarint(b, uint64(len(s.Replay))+1)
+		for _, r := range s.Replay {
+			b = appendBytes(b, r, true)
+		}
+	}
+	created, err := s.Created.MarshalBinary()
+	if err != nil { // a zone offset with seconds: keep the instant
+		created, _ = s.Created.UTC().MarshalBinary()
+	}
+	return appendBytes(b, created, false)
+}
+
+// decodeSession decodes a value written by encodeSession.
+func decodeSession(id string, v []byte) (num uint64, s *eventlog.Session, err error) {
+	d := decoder{b: v}
+	num = d.uint64()
+	s = &eventlog.Session{ID: id}
+	s.Principal = d.string()
+	s.ProtocolVersion = d.string()
+	s.InitializeParams = d.bytes(true)
+	s.Incarnation = d.uvarint()
+	s.Upstream = d.string()
+	if n := d.uvarint(); n > 0 && d.err == nil {
+		if n-1 > uint64(len(d.b)) {
+			return 0, nil, ErrCorrupt
+		}
+		s.Replay = make([]json.RawMessage, n-1)
+		for i := range s.Replay {
+			s.Replay[i] = d.bytes(true)
+		}
+	}
+	created := d.raw(d.uvarint())
+	if d.err == nil {
+		if err := s.Created.UnmarshalBinary(created); err != nil {
+			return 0, nil, ErrCorrupt
+		}
+	}
+	if d.err != nil {
+		return 0, nil, d.err
+	}
+	return num, s, nil
+}
+
+// sessionNum decodes only the session number of a session value.
+func sessionNum(v []byte) (uint64, error) {
+	d := decoder{b: v}
+	n := d.uint64()
+	return n, d.err
+}
+
+// streamRecord is a stream's stored record: the eventlog record plus what
+// the store needs to rebuild its state at Open.
+type streamRecord struct {
+	num        uint64
+	sessNum    uint64
+	rec        eventlog.Stream
+	terminalAt int64 // unix nanoseconds of the terminal append; 0 if not terminal
+	bytes      int64 // sum of len(Data) of retained events
+}
+
+// appendStream appends the stored value of r (the key is r.rec.Key).
+func appendStream(dst []byte, r *streamRecord) []byte {
+	dst = pair(dst, r.num, r.sessNum)
+	dst = binary.AppendUvarint(dst, r.rec.Generation)
+	dst = binary.AppendUvarint(dst, r.rec.FirstSeq)
+	dst = binary.AppendUvarint(dst, r.rec.LastSeq)
+	var flags byte
+	if r.rec.Terminal {
+		flags |= 1
+	}
+	dst = append(dst, flags)
+	dst = binary.AppendVarint(dst, r.terminalAt)
+	dst = binary.AppendUvarint(dst, uint64(r.bytes))
+	dst = appendString(dst, r.rec.Session)
+	return appendBytes(dst, r.rec.RequestID, true)
+}
+
+// decodeStream decodes a value written by appendStream.
+func decodeStream(key string, v []byte) (streamRecord, error) {
+	d := decoder{b: v}
+	var r streamRecord
+	r.num = d.uint64()
+	r.sessNum = d.uint64()
+	r.rec.Key = key
+	r.rec.Generation = d.uvarint()
+	r.rec.FirstSeq = d.uvarint()
+	r.rec.LastSeq = d.uvarint()
+	r.rec.Terminal = d.byte()&1 != 0
+	r.terminalAt = d.varint()
+	r.bytes = int64(d.uvarint())
+	r.rec.Session = d.string()
+	r.rec.RequestID = d.bytes(true)
+	return r, d.err
+}
+
+// expired reports whether a terminal stream's grace has passed at now.
+func expired(terminal bool, terminalAt int64, now time.Time, grace time.Duration) bool {
+	return terminal && now.UnixNano()-terminalAt >= int64(grace)
+}
