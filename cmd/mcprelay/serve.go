@@ -28,6 +28,9 @@ func serve(args []string) error {
 		addr          = fs.String("addr", "127.0.0.1:8080", "listen address (the endpoint is /mcp)")
 		upstream      = fs.String("upstream", "", "URL of the Streamable HTTP MCP server to front (default: the built-in example server, in process)")
 		statelessURL  = fs.String("upstream-stateless", "", "URL for stateless 2026-07-28 requests, if the upstream serves them elsewhere (default: --upstream)")
+		storeKind     = fs.String("store", "disk", "event log: disk (survives restarts, in --data-dir) or memory")
+		dataDir       = fs.String("data-dir", defaultDataDir(), "directory of the disk store and the relay secret")
+		syncPolicy    = fs.String("sync", "always", "disk store fsync policy: always (durable before a client sees it), interval or none")
 		retainEvents  = fs.Int("retain-events", 10000, "events kept per session, across its streams")
 		retainBytes   = fs.Int64("retain-bytes", 8<<20, "bytes of event data kept per session")
 		grace         = fs.Duration("terminal-grace", 5*time.Minute, "how long a finished stream stays resumable")
@@ -70,11 +73,15 @@ func serve(args []string) error {
 		up = backend.Remote(*upstream)
 		up.StatelessURL = *statelessURL
 	}
-	store := eventlog.NewMemory(eventlog.Retention{MaxEvents: *retainEvents, MaxBytes: *retainBytes, TerminalGrace: *grace})
+	store, secret, err := openStore(*storeKind, *dataDir, *syncPolicy, eventlog.Retention{MaxEvents: *retainEvents, MaxBytes: *retainBytes, TerminalGrace: *grace})
+	if err != nil {
+		return err
+	}
 	defer store.Close()
 	h, err := relay.New(relay.Options{
 		Upstream:           up,
 		Store:              store,
+		Secret:             secret,
 		PollInterval:       *poll,
 		AllowedOrigins:     splitList(*origins),
 		AllowedHosts:       splitList(*hosts),
@@ -102,7 +109,11 @@ func serve(args []string) error {
 	if *upstream != "" {
 		target = *upstream
 	}
-	log.Info("mcprelay listening", "url", "http://"+ln.Addr().String()+"/mcp", "upstream", target)
+	where := "memory"
+	if *storeKind == "disk" {
+		where = *dataDir
+	}
+	log.Info("mcprelay listening", "url", "http://"+ln.Addr().String()+"/mcp", "upstream", target, "store", where)
 
 	select {
 	case err := <-errc:

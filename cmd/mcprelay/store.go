@@ -1,0 +1,90 @@
+package main
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/mcprelay/mcprelay/eventlog"
+	"github.com/mcprelay/mcprelay/eventlog/boltstore"
+)
+
+// defaultDataDir is $XDG_STATE_HOME/mcprelay, else ~/.local/state/mcprelay,
+// else ./mcprelay-data.
+func defaultDataDir() string {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "mcprelay")
+	}
+	if home, err := os.UserHomeDir(); err == nil && home != "" {
+		return filepath.Join(home, ".local", "state", "mcprelay")
+	}
+	return "mcprelay-data"
+}
+
+// openStore opens the event log the flags ask for, and the relay secret
+// that goes with it: kept in the data directory for the disk store (so
+// event IDs survive restarts), random for the memory store.
+func openStore(kind, dir, syncPolicy string, r eventlog.Retention) (eventlog.Store, []byte, error) {
+	switch kind {
+	case "memory":
+		return eventlog.NewMemory(r), nil, nil
+	case "disk":
+	default:
+		return nil, nil, fmt.Errorf("--store must be disk or memory, got %q", kind)
+	}
+	policy, err := boltstore.ParseSyncPolicy(syncPolicy)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--sync: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("--data-dir: %w", err)
+	}
+	secret, err := loadSecret(filepath.Join(dir, "secret"))
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := boltstore.Open(filepath.Join(dir, "events.db"), boltstore.Options{Retention: r, Sync: policy})
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening the event log in %s: %w", dir, err)
+	}
+	return st, secret, nil
+}
+
+// loadSecret reads the relay secret, creating it (32 random bytes, mode
+// 0600) on first use. A secret file readable by others is refused.
+func loadSecret(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		b = make([]byte, 32)
+		rand.Read(b)
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			if errors.Is(err, fs.ErrExist) { // another process created it first
+				return loadSecret(path)
+			}
+			return nil, err
+		}
+		if _, err := f.Write(b); err != nil {
+			f.Close()
+			return nil, err
+		}
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return nil, err
+		}
+		return b, f.Close()
+	}
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("relay secret %s is readable by others (mode %v): chmod 600 it", path, fi.Mode().Perm())
+	}
+	if len(b) < 32 {
+		return nil, fmt.Errorf("relay secret %s: %d bytes, want at least 32", path, len(b))
+	}
+	return b, nil
+}
