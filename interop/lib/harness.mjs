@@ -9,6 +9,7 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import fs from 'node:fs';
 import net from 'node:net';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -100,8 +101,11 @@ export function startProcess(label, cmd, args, opts = {}) {
 /** Starts `mcprelay serve` on a free port; returns { url, port, proc }. */
 export async function startRelay(args = []) {
   const port = await freePort();
+  // Each relay gets its own disk store: two relays cannot share one.
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'mcprelay-interop-'));
   const proc = startProcess(`mcprelay serve ${args.join(' ')}`, mcprelayBin,
-    ['serve', '--addr', `127.0.0.1:${port}`, '--log-level', 'info', ...args]);
+    ['serve', '--addr', `127.0.0.1:${port}`, '--log-level', 'info', '--data-dir', dataDir, ...args]);
+  proc.once('exit', () => fs.rmSync(dataDir, { recursive: true, force: true }));
   await waitListening(port, proc);
   return { url: `http://127.0.0.1:${port}/mcp`, port, proc };
 }
