@@ -77,10 +77,11 @@ func (t inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
 	case <-w.ready:
 		return w.resp, nil
 	case <-ctx.Done():
-		select {
-		case <-w.ready: // the handler answered, then finished
+		if errors.Is(context.Cause(ctx), errClientGone) {
+			// Not the caller: the handler answered and finished, and its
+			// end cancelled the context (the answer is ready).
+			<-w.ready
 			return w.resp, nil
-		default:
 		}
 		// The caller cancelled before the handler answered. Wait for the
 		// handler to notice so that no goroutine is left writing to a pipe

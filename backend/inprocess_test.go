@@ -109,3 +109,23 @@ func TestInProcessEmptyAndPanic(t *testing.T) {
 		t.Fatal("panic: body read without error")
 	}
 }
+
+// TestInProcessFastHandler: a handler that answers and returns at once
+// finishes (and cancels its context) about when RoundTrip looks at the
+// answer. Regression: RoundTrip then sometimes returned the cancellation
+// instead of the response.
+func TestInProcessFastHandler(t *testing.T) {
+	c := &http.Client{Transport: InProcess(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusAccepted)
+	}))}
+	for i := range 500 {
+		resp, err := c.Get("http://x/")
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("request %d: status %d", i, resp.StatusCode)
+		}
+	}
+}
