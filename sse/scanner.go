@@ -10,7 +10,8 @@ import (
 
 const (
 	defaultMaxEventBytes = 4 << 20
-	initialBufSize       = 16 << 10
+	initialBufSize       = 512      // an idle stream (one per session, upstream) stays this small
+	busyBufSize          = 64 << 10 // a stream whose reads fill the buffer grows to this
 	maxEmptyReads        = 100 // as bufio: a reader that keeps returning 0, nil is broken
 	// maxRetryMillis keeps retry*time.Millisecond inside a time.Duration.
 	maxRetryMillis = int64(1<<63-1) / int64(time.Millisecond)
@@ -53,6 +54,7 @@ type Scanner struct {
 	rerr error // error from rd, reported once buf is drained
 
 	started bool // BOM check and limit setup done
+	filled  bool // the last read filled the buffer
 	skipLF  bool // the last line ended in CR: a following LF belongs to it
 	max     int
 
@@ -182,7 +184,7 @@ func (s *Scanner) fill() {
 		s.w -= s.r
 		s.r = 0
 	}
-	if s.w == len(s.buf) {
+	if s.w == len(s.buf) || (s.filled && len(s.buf) < busyBufSize) {
 		// readLine has checked that a line this long is still allowed, so
 		// max+1 (the longest line plus its ending) is always larger.
 		n := min(2*len(s.buf), s.max+1)
@@ -199,6 +201,9 @@ func (s *Scanner) fill() {
 			return
 		}
 		s.w += n
+		// A read that fills the buffer means a busy stream: grow before the
+		// next read, up to busyBufSize. Idle streams keep a small buffer.
+		s.filled = s.w == len(s.buf)
 		if err != nil {
 			s.rerr = err
 			return

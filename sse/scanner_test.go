@@ -276,3 +276,28 @@ func fmtEvents(evs []Event) string {
 	b.WriteString("]")
 	return b.String()
 }
+
+// TestScannerBufferAdapts: an idle stream keeps a small buffer; a busy one
+// grows to read in large chunks.
+func TestScannerBufferAdapts(t *testing.T) {
+	s := NewScanner(strings.NewReader("data: x\n\n"))
+	if _, err := s.Next(); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.buf) > initialBufSize {
+		t.Fatalf("idle buffer %d bytes, want <= %d", len(s.buf), initialBufSize)
+	}
+	var b strings.Builder
+	for range 2000 {
+		b.WriteString("id: 1\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\n\n")
+	}
+	s = NewScanner(strings.NewReader(b.String()))
+	for {
+		if _, err := s.Next(); err != nil {
+			break
+		}
+	}
+	if len(s.buf) < busyBufSize {
+		t.Fatalf("busy buffer %d bytes, want %d", len(s.buf), busyBufSize)
+	}
+}
