@@ -339,8 +339,12 @@ func (c *sseConn) id(key resume.StreamKey, gen, seq uint64, retry time.Duration,
 }
 
 func (c *sseConn) event(key resume.StreamKey, gen uint64, ev eventlog.Event) {
-	c.idBuf = c.codec.AppendID(c.idBuf[:0], resume.Cursor{Stream: key, Generation: gen, Seq: ev.Seq})
-	c.buf = sse.AppendEvent(c.buf, sse.Event{ID: string(c.idBuf), Type: ev.Type, Data: ev.Data})
+	// The id line is written here, straight from the codec, so that no
+	// string is made per event; AppendEvent writes the rest.
+	c.buf = append(c.buf, "id: "...)
+	c.buf = c.codec.AppendID(c.buf, resume.Cursor{Stream: key, Generation: gen, Seq: ev.Seq})
+	c.buf = append(c.buf, '\n')
+	c.buf = sse.AppendEvent(c.buf, sse.Event{Type: ev.Type, Data: ev.Data})
 	if len(c.buf) >= 32<<10 {
 		c.write()
 	}

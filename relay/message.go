@@ -52,6 +52,41 @@ func parseMessages(data []byte) (msgs []message, batch bool, err error) {
 	return msgs, batch, nil
 }
 
+// route is the part of an upstream message the relay routes by. Decoding
+// only these fields keeps params from being copied on the per-event path.
+type route struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+}
+
+// responseIDs returns the ids of the responses in an upstream payload (a
+// message or a batch), appended to buf[:0]. It returns nil for anything
+// else, including malformed payloads, which are relayed as they are.
+func responseIDs(data []byte, buf []json.RawMessage) []json.RawMessage {
+	buf = buf[:0]
+	data = bytes.TrimSpace(data)
+	if len(data) > 0 && data[0] == '[' {
+		var rs []route
+		if json.Unmarshal(data, &rs) != nil {
+			return nil
+		}
+		for _, r := range rs {
+			if id := idKey(r.ID); r.Method == "" && len(id) > 0 {
+				buf = append(buf, id)
+			}
+		}
+		return buf
+	}
+	var r route
+	if json.Unmarshal(data, &r) != nil {
+		return nil
+	}
+	if id := idKey(r.ID); r.Method == "" && len(id) > 0 {
+		buf = append(buf, id)
+	}
+	return buf
+}
+
 // idKey canonicalizes a JSON-RPC id so that ids can be compared as bytes.
 // A JSON null id is treated as absent.
 func idKey(id json.RawMessage) json.RawMessage {

@@ -96,12 +96,8 @@ func readMessages(resp *http.Response, fn func(data []byte) bool) (lastID string
 func firstResponse(resp *http.Response, id json.RawMessage) ([]byte, error) {
 	var out []byte
 	_, _, err := readMessages(resp, func(data []byte) bool {
-		msgs, _, perr := parseMessages(data)
-		if perr != nil {
-			return true
-		}
-		for _, m := range msgs {
-			if m.isResponse() && bytes.Equal(m.ID, id) {
+		for _, rid := range responseIDs(data, nil) {
+			if bytes.Equal(rid, id) {
 				out = data
 				return false
 			}
@@ -334,12 +330,11 @@ func (h *Handler) checkUpstream(s *session, gen uint64) {
 // completing the stream's pending ids carries the terminal marker.
 func (h *Handler) deliver(st *stream, data []byte) {
 	terminal := false
-	if msgs, _, err := parseMessages(data); err == nil {
+	var idsBuf [1]json.RawMessage
+	if ids := responseIDs(data, idsBuf[:0]); len(ids) > 0 {
 		st.mu.Lock()
-		for _, m := range msgs {
-			if m.isResponse() {
-				delete(st.pending, string(m.ID))
-			}
+		for _, id := range ids {
+			delete(st.pending, string(id))
 		}
 		terminal = !st.standalone && len(st.pending) == 0
 		st.mu.Unlock()
@@ -394,12 +389,12 @@ func (h *Handler) pumpStandalone(ctx context.Context, s *session, gen uint64, up
 // to an in-flight request goes to that request's stream, the rest to the
 // session's current standalone stream.
 func (h *Handler) routeStandalone(s *session, data []byte) {
-	if msgs, _, err := parseMessages(data); err == nil && len(msgs) == 1 && msgs[0].isResponse() {
+	if ids := responseIDs(data, nil); len(ids) == 1 {
 		s.mu.Lock()
 		var target *stream
 		for st := range s.inflight {
 			st.mu.Lock()
-			_, ok := st.pending[string(msgs[0].ID)]
+			_, ok := st.pending[string(ids[0])]
 			st.mu.Unlock()
 			if ok {
 				target = st
