@@ -1,4 +1,4 @@
-module github.com/mcprelay/mcprelay/bench/peers
+module github.com/mcprelay/mcprelay/bench
 
 go 1.26
 
@@ -12,6 +12,7 @@ require (
 require (
 	github.com/google/jsonschema-go v0.4.3 // indirect
 	github.com/google/uuid v1.6.0 // indirect
+	github.com/mcprelay/mcprelay v0.0.0
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.2 // indirect
 	github.com/segmentio/asm v1.1.3 // indirect
 	github.com/segmentio/encoding v0.5.4 // indirect
@@ -23,3 +24,5 @@ require (
 	golang.org/x/text v0.14.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
 )
+
+replace github.com/mcprelay/mcprelay => ../

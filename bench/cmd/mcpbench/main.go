@@ -1,0 +1,441 @@
+// Command mcpbench measures mcprelay against its peers and against the
+// machine's limit, in one run: each workload against each target on
+// loopback, every target in a server process of its own, medians of several
+// runs, ratios to the raw net/http baseline measured in the same run.
+//
+//	go run ./cmd/mcpbench -md ../docs/performance.md -json results.json
+//	go run ./cmd/mcpbench -quick                # CI smoke, under a minute
+//	go run ./cmd/mcpbench -targets relay-minimal -workloads stream -runs 1 -cpuprofile /tmp/prof
+//
+// Targets: raw, raw-batched, relay-example, relay-minimal, gosdk,
+// gosdk-store, mcpgo, mcpgo-store. Workloads: rt (tools/call round trips on
+// concurrent sessions), stream (one call streaming many notifications),
+// streams (many such calls at once), resume (a cursor far back), idle
+// (idle sessions, then one idle GET stream each; resume runs with them open).
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/mcprelay/mcprelay/bench/load"
+)
+
+var workloads = []string{"rt", "stream", "streams", "resume", "idle"}
+
+type config struct {
+	targets, workloads []string
+	runs               int
+	rtSessions         int
+	rtDuration         time.Duration
+	streamEvents       int
+	streams            int
+	streamsEvents      int
+	resumeBack         int
+	resumeSamples      int
+	idleSessions       int
+	idleStreams        bool
+	timeout            time.Duration
+	cpuprofile         string
+	memprofile         string
+	jsonOut, mdOut     string
+	mdAppend           string
+	verbose            bool
+	server             serverConfig
+}
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "mcpbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("mcpbench", flag.ContinueOnError)
+	var (
+		cfg        config
+		targetList = fs.String("targets", "all", "comma-separated targets, or all")
+		workList   = fs.String("workloads", "all", "comma-separated workloads (rt, stream, streams, resume, idle), or all")
+		quick      = fs.Bool("quick", false, "small counts for a smoke run under a minute (overrides the count flags)")
+		serve      = fs.String("serve", "", "internal: serve this target (a server process)")
+		renderJSON = fs.String("render", "", "do not run: rebuild the table and -md report from this -json file")
+		addr       = fs.String("addr", "127.0.0.1:0", "internal: listen address of -serve")
+	)
+	fs.IntVar(&cfg.runs, "runs", 3, "runs of every workload against every target; medians are reported")
+	fs.IntVar(&cfg.rtSessions, "rt-sessions", 32, "rt: concurrent sessions")
+	fs.DurationVar(&cfg.rtDuration, "rt-duration", 3*time.Second, "rt: how long each run calls")
+	fs.IntVar(&cfg.streamEvents, "stream-events", 100_000, "stream: notifications streamed by the one call")
+	fs.IntVar(&cfg.streams, "streams", 64, "streams: concurrent calls, one session each")
+	fs.IntVar(&cfg.streamsEvents, "streams-events", 5_000, "streams: notifications per call")
+	fs.IntVar(&cfg.resumeBack, "resume-back", 10_000, "resume: how many events back the cursor is")
+	fs.IntVar(&cfg.resumeSamples, "resume-samples", 50, "resume: resumes per run")
+	fs.IntVar(&cfg.idleSessions, "idle-sessions", 10_000, "idle: initialized sessions (and GET streams)")
+	fs.BoolVar(&cfg.idleStreams, "idle-streams", true, "idle: also open one idle GET stream per session")
+	fs.DurationVar(&cfg.timeout, "timeout", 2*time.Minute, "bound on each workload run")
+	fs.StringVar(&cfg.cpuprofile, "cpuprofile", "", "write each server process's CPU profile to PREFIX.TARGET.PHASE.pprof (last run wins)")
+	fs.StringVar(&cfg.memprofile, "memprofile", "", "write each server process's heap profile with the idle sessions and streams open to PREFIX.TARGET.idle.heap.pprof")
+	fs.StringVar(&cfg.jsonOut, "json", "", "write results as JSON to this file (- for stdout)")
+	fs.StringVar(&cfg.mdOut, "md", "", "write the Markdown report (docs/performance.md) to this file")
+	fs.StringVar(&cfg.mdAppend, "md-append", "", "append this Markdown file to the report (hand-written notes)")
+	fs.BoolVar(&cfg.verbose, "v", false, "show progress and the server processes' stderr")
+	fs.IntVar(&cfg.server.relayRetainEvents, "relay-retain-events", 20_000, "mcprelay targets: events kept per session (mcprelay serve: 10000)")
+	fs.Int64Var(&cfg.server.relayRetainBytes, "relay-retain-bytes", 64<<20, "mcprelay targets: bytes kept per session (mcprelay serve: 8 MiB)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if *serve != "" {
+		return serveTarget(*serve, *addr, cfg.cpuprofile, cfg.server)
+	}
+	if *renderJSON != "" {
+		return render(*renderJSON, cfg)
+	}
+	if *quick {
+		cfg.runs = 1
+		cfg.rtSessions, cfg.rtDuration = 8, 300*time.Millisecond
+		cfg.streamEvents = 5_000
+		cfg.streams, cfg.streamsEvents = 8, 500
+		cfg.resumeBack, cfg.resumeSamples = 1_000, 5
+		cfg.idleSessions = 200
+		cfg.timeout = 20 * time.Second
+	}
+	var err error
+	if cfg.targets, err = pick(*targetList, names(), "target"); err != nil {
+		return err
+	}
+	if cfg.workloads, err = pick(*workList, workloads, "workload"); err != nil {
+		return err
+	}
+	if cfg.runs < 1 {
+		return errors.New("-runs must be at least 1")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	res := newResults()
+	res.Command = "mcpbench " + strings.Join(args, " ")
+	res.Machine = machine()
+	res.Config = cfg.describe()
+	start := time.Now()
+	for r := range cfg.runs {
+		for _, t := range cfg.targets {
+			runTarget(exe, cfg, r, t, res)
+		}
+	}
+	res.Duration = time.Since(start).Round(time.Second).String()
+	res.summarize(cfg)
+	fmt.Print(res.text(cfg))
+	if cfg.jsonOut != "" {
+		if err := res.writeJSON(cfg.jsonOut); err != nil {
+			return err
+		}
+	}
+	if cfg.mdOut != "" {
+		if err := res.writeMarkdown(cfg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func names() []string {
+	var ns []string
+	for _, t := range targets {
+		ns = append(ns, t.name)
+	}
+	return ns
+}
+
+func pick(list string, all []string, what string) ([]string, error) {
+	if list == "all" || list == "" {
+		return all, nil
+	}
+	var out []string
+	for _, s := range strings.Split(list, ",") {
+		s = strings.TrimSpace(s)
+		if !slices.Contains(all, s) {
+			return nil, fmt.Errorf("unknown %s %q (have %s)", what, s, strings.Join(all, ", "))
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func (c config) has(w string) bool { return slices.Contains(c.workloads, w) }
+
+// runConfig is the part of the configuration a report needs, kept in the
+// JSON so that -render can rebuild the report from it.
+type runConfig struct {
+	Runs              int      `json:"runs"`
+	Targets           []string `json:"targets"`
+	Workloads         []string `json:"workloads"`
+	RTSessions        int      `json:"rt_sessions"`
+	RTDuration        string   `json:"rt_duration"`
+	StreamEvents      int      `json:"stream_events"`
+	Streams           int      `json:"streams"`
+	StreamsEvents     int      `json:"streams_events"`
+	ResumeBack        int      `json:"resume_back"`
+	ResumeSamples     int      `json:"resume_samples"`
+	IdleSessions      int      `json:"idle_sessions"`
+	IdleStreams       bool     `json:"idle_streams"`
+	RelayRetainEvents int      `json:"relay_retain_events"`
+	RelayRetainBytes  int64    `json:"relay_retain_bytes"`
+}
+
+func (c config) describe() runConfig {
+	return runConfig{
+		Runs: c.runs, Targets: c.targets, Workloads: c.workloads,
+		RTSessions: c.rtSessions, RTDuration: c.rtDuration.String(),
+		StreamEvents: c.streamEvents, Streams: c.streams, StreamsEvents: c.streamsEvents,
+		ResumeBack: c.resumeBack, ResumeSamples: c.resumeSamples,
+		IdleSessions: c.idleSessions, IdleStreams: c.idleStreams,
+		RelayRetainEvents: c.server.relayRetainEvents, RelayRetainBytes: c.server.relayRetainBytes,
+	}
+}
+
+// apply sets the report-relevant fields of c from rc.
+func (rc runConfig) apply(c *config) {
+	c.runs, c.targets, c.workloads = rc.Runs, rc.Targets, rc.Workloads
+	c.rtSessions = rc.RTSessions
+	c.rtDuration, _ = time.ParseDuration(rc.RTDuration)
+	c.streamEvents, c.streams, c.streamsEvents = rc.StreamEvents, rc.Streams, rc.StreamsEvents
+	c.resumeBack, c.resumeSamples = rc.ResumeBack, rc.ResumeSamples
+	c.idleSessions, c.idleStreams = rc.IdleSessions, rc.IdleStreams
+	c.server.relayRetainEvents, c.server.relayRetainBytes = rc.RelayRetainEvents, rc.RelayRetainBytes
+}
+
+// render rebuilds the reports from a -json file of an earlier run.
+func render(path string, cfg config) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	res := newResults()
+	if err := json.Unmarshal(b, res); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	res.Config.apply(&cfg)
+	fmt.Print(res.text(cfg))
+	if cfg.mdOut != "" {
+		return res.writeMarkdown(cfg)
+	}
+	return nil
+}
+
+func (c config) logf(format string, args ...any) {
+	if c.verbose {
+		fmt.Fprintf(os.Stderr, format+"\n", args...)
+	}
+}
+
+// server is a running server process.
+type server struct {
+	cmd *exec.Cmd
+	url string // http://ADDR
+}
+
+func startServer(exe string, cfg config, name, phase string) (*server, error) {
+	args := []string{"-serve", name, "-addr", "127.0.0.1:0",
+		"-relay-retain-events", fmt.Sprint(cfg.server.relayRetainEvents),
+		"-relay-retain-bytes", fmt.Sprint(cfg.server.relayRetainBytes)}
+	if cfg.cpuprofile != "" {
+		args = append(args, "-cpuprofile", cfg.cpuprofile+"."+name+"."+phase+".pprof")
+	}
+	cmd := exec.Command(exe, args...)
+	if cfg.verbose {
+		cmd.Stderr = os.Stderr
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if u, ok := strings.CutPrefix(sc.Text(), listenLine); ok {
+				lines <- u
+				break
+			}
+		}
+		io.Copy(io.Discard, out)
+	}()
+	select {
+	case u := <-lines:
+		return &server{cmd: cmd, url: u}, nil
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, fmt.Errorf("server process for %s did not start", name)
+	}
+}
+
+func (s *server) stop() {
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		s.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// runTarget runs the selected workloads against one target: the throughput
+// workloads in one server process, idle and resume in a fresh one.
+func runTarget(exe string, cfg config, run int, name string, res *results) {
+	t, _ := findTarget(name)
+	fail := func(w string, err error) {
+		res.fail(name, w, run, err)
+		cfg.logf("  %s %s: %v", name, w, err)
+	}
+	if cfg.has("rt") || cfg.has("stream") || cfg.has("streams") {
+		srv, err := startServer(exe, cfg, name, "throughput")
+		if err != nil {
+			fail("start", err)
+			return
+		}
+		c := load.NewClient(srv.url + "/mcp")
+		// Warm up: a session and a call.
+		if err := warmUp(c, cfg.timeout); err != nil {
+			fail("warm-up", err)
+		}
+		if cfg.has("rt") {
+			cfg.logf("run %d %s rt", run+1, name)
+			ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
+			r, err := load.RoundTrips(ctx, c, cfg.rtSessions, cfg.rtDuration)
+			cancel()
+			if err != nil {
+				fail("rt", err)
+			} else {
+				res.add(name, "rt", map[string]float64{
+					"rt_per_s": r.PerSec, "rt_p50_ms": ms(r.P50), "rt_p99_ms": ms(r.P99), "rt_errors": float64(r.Errors)})
+			}
+		}
+		streams := func(w string, k, n int) {
+			cfg.logf("run %d %s %s (%d×%d)", run+1, name, w, k, n)
+			ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
+			r, err := load.Streams(ctx, c, k, n)
+			cancel()
+			if err != nil {
+				fail(w, err)
+				return
+			}
+			res.add(name, w, map[string]float64{
+				w + "_events_per_s": r.PerSec, w + "_lost": float64(r.Lost), w + "_resets": float64(r.Resets), w + "_errors": float64(r.Errors)})
+		}
+		if cfg.has("stream") {
+			streams("stream", 1, cfg.streamEvents)
+		}
+		if cfg.has("streams") {
+			streams("streams", cfg.streams, cfg.streamsEvents)
+		}
+		c.CloseIdle()
+		srv.stop()
+	}
+	if !cfg.has("idle") && !(cfg.has("resume") && t.resumable) {
+		return
+	}
+	srv, err := startServer(exe, cfg, name, "idle")
+	if err != nil {
+		fail("start", err)
+		return
+	}
+	defer srv.stop()
+	c := load.NewClient(srv.url + "/mcp")
+	defer c.CloseIdle()
+	if err := warmUp(c, cfg.timeout); err != nil {
+		fail("warm-up", err)
+	}
+	if cfg.has("idle") {
+		cfg.logf("run %d %s idle (%d sessions)", run+1, name, cfg.idleSessions)
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
+		r, closeAll, err := load.Idle(ctx, c, cfg.idleSessions, cfg.idleStreams, load.FetchMem(srv.url+"/debug/mem"))
+		cancel()
+		defer closeAll()
+		if err != nil {
+			fail("idle", err)
+		} else {
+			m := map[string]float64{
+				"session_heap_B": r.Session.Heap, "session_stack_B": r.Session.Stack,
+				"session_rss_B": r.Session.RSS, "session_goroutines": r.Session.Goroutines,
+			}
+			if r.Streams > 0 {
+				m["stream_heap_B"], m["stream_stack_B"] = r.Stream.Heap, r.Stream.Stack
+				m["stream_rss_B"], m["stream_goroutines"] = r.Stream.RSS, r.Stream.Goroutines
+				m["stream_failed"] = float64(r.Failed)
+			}
+			res.add(name, "idle", m)
+			if cfg.memprofile != "" {
+				if err := saveHeapProfile(srv.url+"/debug/heap", cfg.memprofile+"."+name+".idle.heap.pprof"); err != nil {
+					fail("memprofile", err)
+				}
+			}
+		}
+	}
+	if cfg.has("resume") && t.resumable {
+		cfg.logf("run %d %s resume", run+1, name)
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
+		r, err := load.Resume(ctx, c, cfg.resumeBack, max(cfg.resumeBack/10, 100), cfg.resumeSamples, 10*time.Second)
+		cancel()
+		if err != nil {
+			fail("resume", err)
+		}
+		if r.Samples > 0 && err == nil {
+			res.add(name, "resume", map[string]float64{
+				"resume_first_p50_ms": ms(r.FirstP50), "resume_first_p99_ms": ms(r.FirstP99),
+				"resume_per_s": r.PerSec, "resume_lost": float64(r.Lost), "resume_resets": float64(r.Resets),
+				"resume_errors": float64(r.Errors)})
+		}
+	}
+}
+
+func warmUp(c *load.Client, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	s, err := c.Initialize(ctx)
+	if err != nil {
+		return err
+	}
+	defer s.Delete(ctx)
+	return s.Call(ctx, load.ToolSimple)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func saveHeapProfile(url, path string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

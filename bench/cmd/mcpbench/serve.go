@@ -1,0 +1,134 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/pprof"
+	"syscall"
+	"time"
+
+	"github.com/mcprelay/mcprelay/backend"
+	"github.com/mcprelay/mcprelay/bench/load"
+	"github.com/mcprelay/mcprelay/bench/peers"
+	"github.com/mcprelay/mcprelay/eventlog"
+	"github.com/mcprelay/mcprelay/exampleserver"
+	"github.com/mcprelay/mcprelay/relay"
+)
+
+// target is one server under test.
+type target struct {
+	name      string
+	desc      string
+	resumable bool // resumption is worth measuring (an event store)
+}
+
+// baseline is the target every ratio is taken against.
+const baseline = "raw"
+
+var targets = []target{
+	{"raw", "net/http with a minimal SSE/JSON handler doing no MCP work (peers.Minimal), flushing after every event: the limit, and the baseline of every ratio", true},
+	{"raw-batched", "the same handler flushing only when its 32 KiB buffer fills and at the end of a stream", true},
+	{"relay-example", "mcprelay (memory store) in front of its in-process example server, backend.SDK(exampleserver.New(nil), nil) as in `mcprelay serve`", true},
+	{"relay-minimal", "mcprelay (memory store) in front of peers.Minimal in process (batched writes, GET answered 405): the relay's own cost", true},
+	{"gosdk", "official Go SDK v1.8.0 StreamableHTTPHandler, no event store", false},
+	{"gosdk-store", "official Go SDK v1.8.0 StreamableHTTPHandler with MemoryEventStore (default limits)", true},
+	{"mcpgo", "mcp-go v1.2.1 StreamableHTTPServer, no event store", false},
+	{"mcpgo-store", "mcp-go v1.2.1 StreamableHTTPServer with InMemoryEventStore", true},
+}
+
+func findTarget(name string) (target, bool) {
+	for _, t := range targets {
+		if t.name == name {
+			return t, true
+		}
+	}
+	return target{}, false
+}
+
+// serverConfig is what a server process needs besides its target.
+type serverConfig struct {
+	relayRetainEvents int
+	relayRetainBytes  int64
+}
+
+// handlerFor builds the target's handler; stop releases it.
+func handlerFor(name string, cfg serverConfig) (h http.Handler, stop func(), err error) {
+	stop = func() {}
+	relayIn := func(up *backend.Upstream) (http.Handler, func(), error) {
+		store := eventlog.NewMemory(eventlog.Retention{MaxEvents: cfg.relayRetainEvents, MaxBytes: cfg.relayRetainBytes, TerminalGrace: 5 * time.Minute})
+		rh, err := relay.New(relay.Options{Upstream: up, Store: store, SessionIdleTimeout: -1})
+		if err != nil {
+			store.Close()
+			return nil, nil, err
+		}
+		return rh, func() { rh.Close(); store.Close() }, nil
+	}
+	switch name {
+	case "raw":
+		return peers.Minimal(peers.MinimalOptions{FlushEvery: true}), stop, nil
+	case "raw-batched":
+		return peers.Minimal(peers.MinimalOptions{}), stop, nil
+	case "relay-example":
+		return relayIn(backend.SDK(exampleserver.New(nil), nil))
+	case "relay-minimal":
+		return relayIn(backend.Handler(peers.Minimal(peers.MinimalOptions{NoGET: true})))
+	case "gosdk":
+		return peers.GoSDK(false), stop, nil
+	case "gosdk-store":
+		return peers.GoSDK(true), stop, nil
+	case "mcpgo":
+		return peers.MCPGo(false), stop, nil
+	case "mcpgo-store":
+		return peers.MCPGo(true), stop, nil
+	}
+	return nil, nil, fmt.Errorf("mcpbench: unknown target %q", name)
+}
+
+// listenLine prefixes the line a server process prints with its URL.
+const listenLine = "mcpbench-listening "
+
+// serveTarget is the server process: it serves target name at
+// http://ADDR/mcp and its memory at /debug/mem until SIGTERM or SIGINT,
+// writing a CPU profile to cpuprofile if set.
+func serveTarget(name, addr, cpuprofile string, cfg serverConfig) error {
+	h, stop, err := handlerFor(name, cfg)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	if cpuprofile != "" {
+		f, err := os.Create(cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", h)
+	mux.Handle("/debug/mem", load.MemHandler())
+	mux.HandleFunc("/debug/heap", func(w http.ResponseWriter, r *http.Request) {
+		runtime.GC()
+		pprof.Lookup("heap").WriteTo(w, 0)
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	fmt.Printf("%shttp://%s\n", listenLine, ln.Addr())
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
+	<-sig
+	// Streams are long: do not wait for them.
+	srv.Close()
+	return nil
+}
