@@ -53,6 +53,7 @@ func (t inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
 		pw:      pw,
 		ready:   make(chan struct{}),
 		request: req,
+		ctx:     ctx,
 		body:    &pipeBody{pr: pr, cancel: cancel},
 	}
 	go func() {
@@ -68,6 +69,7 @@ func (t inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
 				return
 			}
 			w.sendHeader(http.StatusOK)
+			w.flushBuf()
 			pw.Close()
 			cancel(errClientGone)
 		}()
@@ -101,6 +103,10 @@ type pipeWriter struct {
 	once  sync.Once
 	ready chan struct{}
 	resp  *http.Response
+
+	ctx context.Context // the handler's: done once the caller is gone
+	buf []byte          // written, not yet handed to the reader
+	err error           // sticky: the reader is gone
 }
 
 func (w *pipeWriter) Header() http.Header { return w.header }
@@ -136,18 +142,64 @@ func (w *pipeWriter) sendHeader(code int) {
 	})
 }
 
+// Write buffers p, as a server's response writer does: the reader gets it
+// at the next Flush, when the buffer fills, or when the handler returns. A
+// handoff through the pipe per Write would cost a goroutine switch for
+// every small write a handler makes.
 func (w *pipeWriter) Write(p []byte) (int, error) {
 	w.sendHeader(http.StatusOK)
-	n, err := w.pw.Write(p)
-	if err != nil {
-		return n, errClientGone
+	if w.err == nil && w.ctx.Err() != nil {
+		w.err = errClientGone // the caller closed the body or gave up
 	}
-	return n, nil
+	if w.err != nil {
+		return 0, w.err
+	}
+	if len(w.buf)+len(p) > writeBufSize {
+		if err := w.flushBuf(); err != nil {
+			return 0, err
+		}
+		if len(p) > writeBufSize {
+			if _, err := w.pw.Write(p); err != nil {
+				w.err = errClientGone
+				return 0, w.err
+			}
+			return len(p), nil
+		}
+	}
+	w.buf = append(w.buf, p...)
+	return len(p), nil
 }
 
-// Flush sends the header if it was not sent yet. Writes reach the reader
-// unbuffered, so there is nothing else to flush.
-func (w *pipeWriter) Flush() { w.sendHeader(http.StatusOK) }
+// writeBufSize is the response buffer of an in-process handler.
+const writeBufSize = 32 << 10
+
+func (w *pipeWriter) flushBuf() error {
+	if w.err != nil {
+		return w.err
+	}
+	if len(w.buf) == 0 {
+		return nil
+	}
+	_, err := w.pw.Write(w.buf)
+	w.buf = w.buf[:0]
+	if err != nil {
+		w.err = errClientGone
+	}
+	return w.err
+}
+
+// Flush sends the header if it was not sent yet, and what was written.
+func (w *pipeWriter) Flush() {
+	w.sendHeader(http.StatusOK)
+	w.flushBuf()
+}
+
+// FlushError is Flush reporting a gone reader (http.ResponseController
+// uses it).
+func (w *pipeWriter) FlushError() error {
+	w.sendHeader(http.StatusOK)
+	return w.flushBuf()
+}
 
 // Hijack is not possible without a connection.
 func (w *pipeWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {

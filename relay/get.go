@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/mcprelay/mcprelay/eventlog"
@@ -153,6 +154,12 @@ type plan struct {
 // replayBatch is how many events one log read returns.
 const replayBatch = 256
 
+// eventBufs holds batch buffers for log reads.
+var eventBufs = sync.Pool{New: func() any {
+	b := make([]eventlog.Event, 0, replayBatch)
+	return &b
+}}
+
 // serveStream writes a stream to the client as SSE: priming event, resets,
 // replay from the log, then live events as they are logged, until the
 // stream ends, the connection is taken over, the client leaves, the poll
@@ -185,7 +192,6 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, s *session
 		defer t.Stop()
 		pollC = t.C
 	}
-	buf := make([]eventlog.Event, 0, replayBatch)
 	for {
 		key := p.key.String()
 		st := h.liveStream(key)
@@ -194,7 +200,7 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, s *session
 			a = &attachment{kick: make(chan struct{})}
 			st.attach(a)
 		}
-		next, ok := h.follow(ctx, c, s, st, a, key, &p, buf, pollC)
+		next, ok := h.follow(ctx, c, s, st, a, key, &p, pollC)
 		if st != nil {
 			st.detach(a)
 		}
@@ -209,13 +215,22 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, s *session
 // follow serves one stream of a connection. It returns the plan of the
 // stream to switch to (the session's new standalone stream after a
 // generation change), or nil when the connection is done.
-func (h *Handler) follow(ctx context.Context, c *sseConn, s *session, st *stream, a *attachment, key string, p *plan, buf []eventlog.Event, pollC <-chan time.Time) (*plan, bool) {
+func (h *Handler) follow(ctx context.Context, c *sseConn, s *session, st *stream, a *attachment, key string, p *plan, pollC <-chan time.Time) (*plan, bool) {
 	cursor := p.from
 	gapSent := p.resetBefore == ReasonGap
 	lastType := ""
 	for {
-		rec, evs, err := h.store.Read(ctx, key, cursor, replayBatch, buf[:0])
+		// The batch buffer is held only while events are written, not
+		// while the connection waits: an idle stream costs no batch.
+		bp := eventBufs.Get().(*[]eventlog.Event)
+		rec, evs, err := h.store.Read(ctx, key, cursor, replayBatch, (*bp)[:0])
+		release := func() {
+			clear(evs[:cap(evs)]) // drop references to event data
+			*bp = evs[:0]
+			eventBufs.Put(bp)
+		}
 		if err != nil {
+			release()
 			if errors.Is(err, eventlog.ErrNotFound) && !s.isClosed() {
 				c.reset(resetData{Reason: ReasonUnknownStream, Stream: key, Generation: p.gen})
 			}
@@ -243,12 +258,14 @@ func (h *Handler) follow(ctx context.Context, c *sseConn, s *session, st *stream
 			cursor = ev.Seq
 			lastType = ev.Type
 		}
-		if st != nil && len(evs) > 0 {
+		n := len(evs)
+		release()
+		if st != nil && n > 0 {
 			st.mu.Lock()
 			st.delivered = max(st.delivered, cursor)
 			st.mu.Unlock()
 		}
-		if len(evs) == replayBatch {
+		if n == replayBatch {
 			if c.err != nil {
 				return nil, false
 			}
