@@ -178,20 +178,18 @@ func (h *Handler) createSession(r *http.Request, version string, params json.Raw
 		id:          newSessionID(),
 		principal:   principal(r),
 		version:     version,
-		init:        append(json.RawMessage(nil), params...),
 		authz:       authz,
 		ctx:         ctx,
 		cancel:      cancel,
 		incarnation: 1,
 		upstream:    upstream,
-		inflight:    make(map[*stream]struct{}),
 	}
 	s.touch()
 	rec := &eventlog.Session{
 		ID:               s.id,
 		Principal:        s.principal,
 		ProtocolVersion:  version,
-		InitializeParams: s.init,
+		InitializeParams: params, // the store keeps its own copy
 		Incarnation:      1,
 		Upstream:         upstream,
 		Created:          time.Now(),
@@ -238,7 +236,7 @@ func (h *Handler) forwardOneWay(w http.ResponseWriter, r *http.Request, s *sessi
 			start := s.genCancel == nil && s.incarnation == gen
 			var gctx context.Context
 			if start {
-				gctx, s.genCancel = context.WithCancel(s.ctx)
+				gctx, s.genCancel = h.genContext()
 			}
 			s.mu.Unlock()
 			if start {
@@ -318,6 +316,9 @@ func (h *Handler) forwardRequest(w http.ResponseWriter, r *http.Request, s *sess
 		s.mu.Unlock()
 		h.loseStream(st, ReasonBackendLost, "mcprelay: request lost: the backend session was re-created")
 	} else {
+		if s.inflight == nil {
+			s.inflight = make(map[*stream]struct{})
+		}
 		s.inflight[st] = struct{}{}
 		s.mu.Unlock()
 		go h.pumpRequest(pctx, st, resp, upstream)

@@ -66,17 +66,15 @@ func (h *Handler) restore(r *http.Request, id string) *session {
 		id:        rec.ID,
 		principal: rec.Principal,
 		version:   rec.ProtocolVersion,
-		init:      rec.InitializeParams,
 		authz:     r.Header.Get("Authorization"),
 		ctx:       sctx,
 		cancel:    cancel,
 		replay:    rec.Replay,
-		inflight:  make(map[*stream]struct{}),
 	}
 	s.touch()
 	ictx, icancel := context.WithTimeout(sctx, 30*time.Second)
 	defer icancel()
-	upstream, _, err := h.initUpstream(ictx, s.init, s.version, s.authz)
+	upstream, _, err := h.initUpstream(ictx, rec.InitializeParams, s.version, s.authz)
 	if err == nil {
 		err = h.replayState(ictx, s, upstream)
 	}
@@ -105,7 +103,7 @@ func (h *Handler) restore(r *http.Request, id string) *session {
 	s.incarnation = gen
 	s.upstream = upstream
 	s.standalone = st
-	gctx, gcancel := context.WithCancel(sctx)
+	gctx, gcancel := h.genContext()
 	s.genCancel = gcancel
 	h.mu.Lock()
 	h.sessions[id] = s

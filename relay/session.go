@@ -18,9 +18,8 @@ import (
 type session struct {
 	id        string
 	principal string
-	version   string          // negotiated protocol version
-	init      json.RawMessage // the client's initialize params
-	authz     string          // Authorization forwarded upstream
+	version   string // negotiated protocol version
+	authz     string // Authorization forwarded upstream
 
 	ctx    context.Context // ends the session's pumps
 	cancel context.CancelFunc
@@ -266,8 +265,12 @@ func (h *Handler) endSession(s *session, why string) {
 	for st := range s.inflight {
 		sts = append(sts, st)
 	}
+	genCancel := s.genCancel
 	s.mu.Unlock()
 	s.cancel()
+	if genCancel != nil {
+		genCancel()
+	}
 	h.mu.Lock()
 	delete(h.sessions, s.id)
 	for _, st := range sts {
@@ -322,4 +325,12 @@ func (h *Handler) janitor() {
 			}
 		}
 	}
+}
+
+// genContext returns the context of one incarnation's backend GET pump. It
+// derives from the handler's context, not the session's, so that an idle
+// session does not carry a context tree of its own; endSession and
+// reincarnate cancel it.
+func (h *Handler) genContext() (context.Context, context.CancelFunc) {
+	return context.WithCancel(h.ctx)
 }

@@ -179,7 +179,13 @@ func (h *Handler) reincarnate(s *session, gen uint64) error {
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 	defer cancel()
-	upstream, _, err := h.initUpstream(ctx, s.init, s.version, s.authz)
+	// The recorded initialize params live in the store only, not in every
+	// idle session's memory.
+	rec, err := h.store.Session(ctx, s.id)
+	if err != nil {
+		return err
+	}
+	upstream, _, err := h.initUpstream(ctx, rec.InitializeParams, s.version, s.authz)
 	if err == nil {
 		err = h.replayState(ctx, s, upstream)
 	}
@@ -188,10 +194,6 @@ func (h *Handler) reincarnate(s *session, gen uint64) error {
 		return err
 	}
 	newGen := gen + 1
-	rec, err := h.store.Session(ctx, s.id)
-	if err != nil {
-		return err
-	}
 	rec.Incarnation = newGen
 	rec.Upstream = upstream
 	if err := h.store.UpdateSession(ctx, rec); err != nil {
@@ -204,14 +206,14 @@ func (h *Handler) reincarnate(s *session, gen uint64) error {
 	s.mu.Lock()
 	old := s.inflight
 	oldStandalone := s.standalone
-	s.inflight = make(map[*stream]struct{})
+	s.inflight = nil
 	s.incarnation = newGen
 	s.upstream = upstream
 	s.standalone = standalone
 	if s.genCancel != nil {
 		s.genCancel()
 	}
-	gctx, gcancel := context.WithCancel(s.ctx)
+	gctx, gcancel := h.genContext()
 	s.genCancel = gcancel
 	s.mu.Unlock()
 	h.counts.add("reincarnation")
