@@ -1,0 +1,89 @@
+// Package pebblestore provides an [eventlog.Store] in one embedded Pebble
+// (LSM) directory, so that sessions, streams and their events survive a
+// process restart, with far higher durable append throughput than
+// boltstore when many sessions append at once.
+//
+//	st, err := pebblestore.Open(filepath.Join(dataDir, "eventlog"), pebblestore.Options{
+//		Retention: eventlog.Retention{MaxEvents: 10000},
+//		Sync:      pebblestore.SyncAlways, // the default
+//	})
+//	if err != nil {
+//		return err
+//	}
+//	defer st.Close()
+//	last, err := st.Append(ctx, key, false, eventlog.Event{Data: msg}) // durable when it returns
+//
+// # Writes: one batch per call, group commit in the WAL
+//
+// Each mutation builds one Pebble batch (events, the stream record, the
+// append-order run, any evictions) and commits it itself; under SyncAlways
+// with pebble.Sync. Pebble's commit pipeline gathers the batches that are
+// waiting for the WAL into one fsync, so appends of many sessions share
+// fsyncs without a writer goroutine of our own. A session's writes are
+// serialised by a per-session mutex held across the commit, so one stream's
+// appends keep their order and consecutive seqs, and the in-memory
+// retention state always matches what was committed.
+//
+// Pebble makes a batch visible to its readers before its WAL fsync ends.
+// So that under SyncAlways no reader sees an event before it is durable,
+// readers never take the latest state from Pebble alone: each stream's
+// record (FirstSeq, LastSeq, Terminal) is published in memory only after
+// its batch's commit returned, and Read iterates only up to the published
+// LastSeq. Session records are read from Pebble under a per-session lock
+// that UpdateSession holds across its commit.
+//
+// # What a crash can lose
+//
+//   - SyncAlways: nothing that an Append (or any other method) reported as
+//     done, whether the process is killed or the machine loses power.
+//   - SyncInterval: writes are not fsynced one by one; a background
+//     goroutine fsyncs the WAL about every Options.Interval. An OS crash or
+//     power loss loses about the last Interval of acknowledged writes. A
+//     killed process can lose the few writes still in Pebble's WAL buffer
+//     (its flusher writes them to the OS within microseconds to
+//     milliseconds), unlike boltstore.
+//   - SyncNone: as SyncInterval without the periodic fsync. For tests and
+//     benchmarks.
+//
+// Pebble recovers from its WAL at Open in every case; a torn tail is
+// dropped, never a partial batch applied.
+//
+// A failed commit poisons the store (every later write fails with
+// [ErrFailed]) because the in-memory retention state no longer matches the
+// database; reopening the directory recovers the last committed state.
+//
+// # Layout
+//
+// Sessions and streams get a number at creation. Keys start with one kind
+// byte; integers are big-endian:
+//
+//	"S" sessionID                  → sessNum | session fields
+//	"s" sessNum streamNum          → stream record (key, generation, FirstSeq, LastSeq, terminal time, bytes, request ID)
+//	"o" sessNum ord                → streamNum | n: a run of n events in the session's append order
+//	"e" sessNum streamNum seq      → type | data
+//
+// Read after a cursor is one bounded iterator SeekGE plus k Next calls,
+// O(log n + k). Streams is answered from memory. DeleteSession is three
+// range deletions plus one point deletion, whatever the session holds.
+// Open reads the "S", "s" and "o" records, never events, to rebuild every
+// session's counters and append-order runs.
+//
+// # Retention
+//
+// Each session's event and byte counts and its run list (with the sizes
+// of the events appended since Open) are kept in memory; an append evicts
+// the session's oldest events, across its streams in append order, inside
+// its own batch. Only the sizes of events stored before Open are read from
+// Pebble, when eviction reaches them. Runs of 16 or more evicted events of
+// one stream are deleted with one range tombstone.
+//
+// Terminal streams whose grace has passed are invisible to readers at once,
+// dropped by the next write to their session, and otherwise by a
+// background goroutine (stopped by Close) that drops them one session at a
+// time in small unsynced batches, deleting a stream's events with a range
+// tombstone. Grace is measured on the wall clock and so continues across
+// restarts.
+//
+// [SyncPolicy] and [ParseSyncPolicy] are boltstore's, so one --sync flag
+// serves either store.
+package pebblestore

@@ -1,0 +1,612 @@
+package pebblestore
+
+import (
+	"cmp"
+	"container/heap"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/mcprelay/mcprelay/eventlog"
+	"github.com/mcprelay/mcprelay/eventlog/boltstore"
+)
+
+// Errors returned by the store besides the eventlog sentinels.
+var (
+	// ErrClosed is returned by every method called after Close.
+	ErrClosed = errors.New("pebblestore: store is closed")
+	// ErrCorrupt reports a stored record the store cannot decode.
+	ErrCorrupt = errors.New("pebblestore: corrupt record")
+	// ErrFailed wraps the write error after which the store refuses further
+	// writes; reopen the directory to recover.
+	ErrFailed = errors.New("pebblestore: store failed")
+
+	errEmptyID       = errors.New("pebblestore: empty session ID")
+	errEmptyKey      = errors.New("pebblestore: empty stream key")
+	errEmptyTerminal = errors.New("pebblestore: terminal append without events")
+	errSyncPolicy    = errors.New("pebblestore: unknown sync policy")
+)
+
+// SyncPolicy says when appended events reach the disk. It is the boltstore
+// type, so one flag value configures either store.
+type SyncPolicy = boltstore.SyncPolicy
+
+// Sync policies.
+const (
+	// SyncAlways: an Append returns only after its events are durable (WAL
+	// fsync); concurrent appends of all sessions share fsyncs.
+	SyncAlways = boltstore.SyncAlways
+	// SyncInterval: fsync the WAL about every Options.Interval; an OS crash
+	// or power loss loses at most about that window.
+	SyncInterval = boltstore.SyncInterval
+	// SyncNone: never fsync explicitly (tests, benchmarks).
+	SyncNone = boltstore.SyncNone
+)
+
+// ParseSyncPolicy parses "always", "interval" or "none".
+func ParseSyncPolicy(s string) (SyncPolicy, error) { return boltstore.ParseSyncPolicy(s) }
+
+// Options configure Open. The zero value is usable.
+type Options struct {
+	// Retention bounds what is kept per session; zero fields take the
+	// eventlog defaults (10000 events, 8 MiB, 5m terminal grace).
+	Retention eventlog.Retention
+	// Sync is the durability policy; default SyncAlways.
+	Sync SyncPolicy
+	// Interval is the fsync period under SyncInterval; default 100ms.
+	Interval time.Duration
+	// Logger receives start-up statistics, Pebble's own messages (at debug
+	// level, errors at error level) and write failures; nil discards.
+	Logger *slog.Logger
+}
+
+// Defaults, the same as the eventlog package's and boltstore's.
+const (
+	defaultMaxEvents     = 10000
+	defaultMaxBytes      = 8 << 20
+	defaultTerminalGrace = 5 * time.Minute
+	defaultInterval      = 100 * time.Millisecond
+	memTableSize         = 64 << 20
+	cacheSize            = 64 << 20
+)
+
+// Log attribute keys.
+const (
+	logDir      = "dir"
+	logSessions = "sessions"
+	logStreams  = "streams"
+	logEvents   = "events"
+	logElapsed  = "elapsed"
+	logErr      = "err"
+)
+
+// Store is an eventlog.Store in one Pebble directory. It is safe for
+// concurrent use. Create it with Open and release it with Close.
+type Store struct {
+	db   *pebble.DB
+	ret  eventlog.Retention
+	sync SyncPolicy
+	wo   *pebble.WriteOptions
+	ivl  time.Duration
+	log  *slog.Logger
+	now  func() time.Time
+
+	// life is held for reading by every call while it uses db, and for
+	// writing by Close, which so waits for calls in flight.
+	life   sync.RWMutex
+	closed bool // guarded by life
+
+	failed atomic.Pointer[error] // set once a write failed
+
+	mu         sync.RWMutex // guards the maps and counters below; held briefly
+	sessions   map[string]*session
+	streams    map[string]*stream
+	nextSess   uint64
+	nextStream uint64
+
+	termMu   sync.Mutex
+	terminal termHeap // terminal streams of all sessions by terminal time
+
+	unsynced atomic.Bool // SyncInterval: committed since the last WAL fsync
+
+	quit      chan struct{} // closed by Close
+	stopped   chan struct{} // closed when the background goroutine returns
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ eventlog.Store = (*Store)(nil)
+
+// session is one session's state. Its writes are serialised by mu, which
+// is held across their commit, so the in-memory retention state always
+// matches what was committed and one stream's appends stay in order.
+// Different sessions commit concurrently and so share WAL fsyncs.
+type session struct {
+	id  string
+	num uint64
+
+	mu    sync.Mutex   // serialises this session's writes; held across commit
+	recMu sync.RWMutex // write-held while a change to the session record commits
+	live  bool         // created and not deleted; written under mu and recMu
+
+	// Writer state, guarded by mu.
+	streams  map[uint64]*stream
+	order    queue[run]     // retained events in append order, run-length encoded; mirrors the "o" keys
+	terminal queue[*stream] // terminal streams in order of their terminal append
+	nextOrd  uint64
+	events   int
+	bytes    int64
+	stale    int // runs in order whose stream was dropped
+
+	viewMu sync.RWMutex
+	shown  map[uint64]*stream // published streams, for Streams
+}
+
+// run is n consecutive events (in session append order) of one stream,
+// stored under "o" sessNum ord. The sizes of its events (len(Data)) are
+// kept in memory, so that eviction need not read what it deletes, except
+// for the first unknown events: those were loaded at Open, which reads no
+// events, and eviction looks their sizes up.
+type run struct {
+	st      *stream
+	ord     uint64
+	n       int
+	unknown int      // leading events whose sizes are not in sizes
+	sizes   []uint32 // sizes of the other n-unknown events, oldest first
+}
+
+// Publication states of a stream.
+const (
+	pubPending uint8 = iota // create not yet committed
+	pubLive
+	pubGone
+)
+
+type stream struct {
+	streamRecord // writer state, guarded by sess.mu
+	sess         *session
+	runs         int // entries of sess.order that refer to this stream
+	dirty        bool
+	dropped      bool
+
+	// What readers see: the record as of the last committed write.
+	pubMu     sync.Mutex
+	pubState  uint8
+	pub       eventlog.Stream
+	pubTermAt int64
+}
+
+func (st *stream) retained() int { return int(st.rec.LastSeq + 1 - st.rec.FirstSeq) }
+
+// published returns the stream's committed record.
+func (st *stream) published() (rec eventlog.Stream, terminalAt int64, state uint8) {
+	st.pubMu.Lock()
+	defer st.pubMu.Unlock()
+	return st.pub, st.pubTermAt, st.pubState
+}
+
+func newSession(id string, num uint64) *session {
+	return &session{id: id, num: num, streams: make(map[uint64]*stream), shown: make(map[uint64]*stream)}
+}
+
+// Open opens or creates the store in directory dir (created with mode
+// 0700 if missing), rebuilds the per-session retention state from it and
+// starts the background goroutine that drops expired terminal streams.
+// It fails if another Store or process holds the directory.
+func Open(dir string, opts Options) (*Store, error) {
+	return open(dir, opts, time.Now, nil)
+}
+
+// open is Open with the clock that terminal grace is measured on and,
+// if not nil, the file system Pebble uses.
+func open(dir string, opts Options, now func() time.Time, fs vfs.FS) (*Store, error) {
+	if opts.Sync < SyncAlways || opts.Sync > SyncNone {
+		return nil, fmt.Errorf("%w %d", errSyncPolicy, opts.Sync)
+	}
+	r := opts.Retention
+	if r.MaxEvents <= 0 {
+		r.MaxEvents = defaultMaxEvents
+	}
+	if r.MaxBytes <= 0 {
+		r.MaxBytes = defaultMaxBytes
+	}
+	if r.TerminalGrace <= 0 {
+		r.TerminalGrace = defaultTerminalGrace
+	}
+	if opts.Interval <= 0 {
+		opts.Interval = defaultInterval
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	start := time.Now()
+	if fs == nil {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
+		}
+	}
+	popts := &pebble.Options{
+		Logger:             pebbleLogger{log},
+		MemTableSize:       memTableSize,
+		CacheSize:          cacheSize,
+		FormatMajorVersion: pebble.FormatNewest,
+		FS:                 fs,
+	}
+	db, err := pebble.Open(dir, popts)
+	if err != nil {
+		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
+	}
+	s := &Store{
+		db:       db,
+		ret:      r,
+		sync:     opts.Sync,
+		wo:       pebble.NoSync,
+		ivl:      opts.Interval,
+		log:      log,
+		now:      now,
+		sessions: make(map[string]*session),
+		streams:  make(map[string]*stream),
+		quit:     make(chan struct{}),
+		stopped:  make(chan struct{}),
+	}
+	if opts.Sync == SyncAlways {
+		s.wo = pebble.Sync
+	}
+	events, err := s.load()
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
+	}
+	log.Info("pebblestore: opened", logDir, dir, logSessions, len(s.sessions),
+		logStreams, len(s.streams), logEvents, events, logElapsed, time.Since(start))
+	go s.run()
+	return s, nil
+}
+
+// load checks the format version and rebuilds the in-memory state: it
+// reads session, stream and order records, never events.
+func (s *Store) load() (events int, err error) {
+	v, closer, err := s.db.Get(keyVersion)
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+		if err := s.db.Set(keyVersion, []byte{formatVersion}, pebble.Sync); err != nil {
+			return 0, err
+		}
+	case err != nil:
+		return 0, err
+	default:
+		ver := v[0]
+		closer.Close()
+		if ver != formatVersion {
+			return 0, fmt.Errorf("pebblestore: format version %d, want %d", ver, formatVersion)
+		}
+	}
+	byNum := make(map[uint64]*session)
+	err = s.scan(kindSession, func(k, v []byte) error {
+		if len(v) < 8 {
+			return fmt.Errorf("session %q: %w", k[1:], ErrCorrupt)
+		}
+		ss := newSession(string(k[1:]), beUint64(v))
+		ss.live = true
+		s.sessions[ss.id], byNum[ss.num] = ss, ss
+		s.nextSess = max(s.nextSess, ss.num)
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	var terminal []*stream
+	err = s.scan(kindStream, func(k, v []byte) error {
+		if len(k) != pairKeyLen {
+			return fmt.Errorf("stream key %x: %w", k, ErrCorrupt)
+		}
+		r, err := decodeStream(v)
+		if err != nil {
+			return fmt.Errorf("stream key %x: %w", k, err)
+		}
+		ss := byNum[beUint64(k[1:])]
+		if ss == nil {
+			return fmt.Errorf("stream %q: %w: unknown session", r.rec.Key, ErrCorrupt)
+		}
+		r.sessNum, r.num, r.rec.Session = ss.num, beUint64(k[9:]), ss.id
+		st := &stream{streamRecord: r, sess: ss, pubState: pubLive, pub: r.rec, pubTermAt: r.terminalAt}
+		ss.streams[r.num], ss.shown[r.num] = st, st
+		// A key reused after its terminal stream expired: the newer wins.
+		if old := s.streams[r.rec.Key]; old == nil || old.num < r.num {
+			s.streams[r.rec.Key] = st
+		}
+		s.nextStream = max(s.nextStream, r.num)
+		ss.events += st.retained()
+		ss.bytes += st.bytes
+		events += st.retained()
+		if r.rec.Terminal {
+			terminal = append(terminal, st)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	slices.SortFunc(terminal, func(a, b *stream) int { return cmp.Compare(a.terminalAt, b.terminalAt) })
+	for _, st := range terminal {
+		st.sess.terminal.push(st)
+		s.terminal = append(s.terminal, st)
+	}
+	heap.Init(&s.terminal)
+	// Append order: keys sort by session, then ord. Runs of streams that no
+	// longer exist are stale; drop them now.
+	b := s.db.NewBatch()
+	defer b.Close()
+	err = s.scan(kindOrder, func(k, v []byte) error {
+		if len(k) != pairKeyLen || len(v) < 9 {
+			return fmt.Errorf("order key %x: %w", k, ErrCorrupt)
+		}
+		ss := byNum[beUint64(k[1:])]
+		n, _ := binary.Uvarint(v[8:])
+		var st *stream
+		if ss != nil {
+			st = ss.streams[beUint64(v)]
+		}
+		if st == nil || n == 0 {
+			return b.Delete(k, nil)
+		}
+		ord := beUint64(k[9:])
+		ss.order.push(run{st: st, ord: ord, n: int(n), unknown: int(n)})
+		st.runs++
+		ss.nextOrd = ord + 1
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	if !b.Empty() {
+		if err := b.Commit(pebble.Sync); err != nil {
+			return 0, err
+		}
+	}
+	return events, nil
+}
+
+// scan calls f for every key of one kind, in order.
+func (s *Store) scan(kind byte, f func(k, v []byte) error) error {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{kind}, UpperBound: []byte{kind + 1}})
+	if err != nil {
+		return err
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			it.Close()
+			return err
+		}
+		if err := f(it.Key(), v); err != nil {
+			it.Close()
+			return err
+		}
+	}
+	return errors.Join(it.Error(), it.Close())
+}
+
+// enter admits a call, or refuses it after Close; write calls are also
+// refused once the store failed. leave ends it.
+func (s *Store) enter(ctx context.Context, write bool) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.life.RLock()
+	if s.closed {
+		s.life.RUnlock()
+		return ErrClosed
+	}
+	if write {
+		if err := s.failed.Load(); err != nil {
+			s.life.RUnlock()
+			return *err
+		}
+	}
+	return nil
+}
+
+func (s *Store) leave() { s.life.RUnlock() }
+
+func (s *Store) session(id string) *session {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.sessions[id]
+}
+
+func (s *Store) stream(key string) *stream {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.streams[key]
+}
+
+// Session implements [eventlog.Sessions].
+func (s *Store) Session(ctx context.Context, id string) (*eventlog.Session, error) {
+	if err := s.enter(ctx, false); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	ss := s.session(id)
+	if ss == nil {
+		return nil, eventlog.ErrNotFound
+	}
+	// recMu keeps a record change invisible until it is committed (and,
+	// under SyncAlways, durable).
+	ss.recMu.RLock()
+	defer ss.recMu.RUnlock()
+	if !ss.live {
+		return nil, eventlog.ErrNotFound
+	}
+	v, closer, err := s.db.Get(sessionKey(make([]byte, 0, 1+len(id)), id))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, eventlog.ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer closer.Close()
+	_, sess, err := decodeSession(id, v)
+	return sess, err
+}
+
+// Read implements [eventlog.Log] with one iterator SeekGE, O(log n + k).
+// It returns only committed events (under SyncAlways: durable ones), as
+// the record last published by a write says; the events' Data are copies,
+// packed into a few shared allocations. A Read that races an eviction
+// reports as FirstSeq the first event it actually found.
+func (s *Store) Read(ctx context.Context, key string, after uint64, limit int, buf []eventlog.Event) (eventlog.Stream, []eventlog.Event, error) {
+	buf = buf[:0]
+	if err := s.enter(ctx, false); err != nil {
+		return eventlog.Stream{}, buf, err
+	}
+	defer s.leave()
+	st := s.stream(key)
+	if st == nil {
+		return eventlog.Stream{}, buf, eventlog.ErrNotFound
+	}
+	rec, terminalAt, state := st.published()
+	if state != pubLive || expired(rec.Terminal, terminalAt, s.now(), s.ret.TerminalGrace) {
+		return eventlog.Stream{}, buf, eventlog.ErrNotFound
+	}
+	if limit <= 0 || after >= rec.LastSeq {
+		return rec, buf, nil
+	}
+	from := max(after+1, rec.FirstSeq)
+	var bounds [2 * eventKeyLen]byte
+	lo := eventKey(bounds[:0], st.sessNum, st.num, from)
+	hi := eventKey(lo[len(lo):len(lo)], st.sessNum, st.num, rec.LastSeq+1)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return eventlog.Stream{}, buf, err
+	}
+	var arena []byte
+	for ok := it.First(); ok && len(buf) < limit; ok = it.Next() {
+		k := it.Key()
+		v, err := it.ValueAndErr()
+		if err == nil && len(k) != eventKeyLen {
+			err = ErrCorrupt
+		}
+		var e eventlog.Event
+		if err == nil {
+			e, err = decodeEvent(beUint64(k[17:]), v)
+		}
+		if err != nil {
+			it.Close()
+			return eventlog.Stream{}, buf[:0], err
+		}
+		if len(arena)+len(e.Data) > cap(arena) {
+			// Room for the rest at this event's size, within 16 KiB.
+			arena = make([]byte, 0, max(len(e.Data), min(16<<10, len(e.Data)*(limit-len(buf)))))
+		}
+		n := len(arena)
+		arena = append(arena, e.Data...)
+		e.Data = arena[n:len(arena):len(arena)]
+		buf = append(buf, e)
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return eventlog.Stream{}, buf[:0], err
+	}
+	// An eviction (or drop) committed after the record was published.
+	switch {
+	case len(buf) > 0 && buf[0].Seq > from:
+		rec.FirstSeq = buf[0].Seq
+	case len(buf) == 0:
+		if _, _, state := st.published(); state != pubLive {
+			return eventlog.Stream{}, buf, eventlog.ErrNotFound
+		}
+		rec.FirstSeq = rec.LastSeq + 1
+	}
+	return rec, buf, nil
+}
+
+// Streams implements [eventlog.Log] from memory, without reading the store.
+func (s *Store) Streams(ctx context.Context, session string) ([]eventlog.Stream, error) {
+	if err := s.enter(ctx, false); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	ss := s.session(session)
+	if ss == nil {
+		return nil, nil
+	}
+	now := s.now()
+	ss.viewMu.RLock()
+	defer ss.viewMu.RUnlock()
+	var out []eventlog.Stream
+	for _, st := range ss.shown {
+		rec, terminalAt, state := st.published()
+		if state == pubLive && !expired(rec.Terminal, terminalAt, now, s.ret.TerminalGrace) {
+			out = append(out, rec)
+		}
+	}
+	return out, nil
+}
+
+// Close waits for calls in flight, stops the background goroutine, syncs
+// the WAL under SyncInterval and closes the database. Later calls return
+// nil; other methods then fail with ErrClosed.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.quit)
+		<-s.stopped
+		s.life.Lock()
+		s.closed = true
+		s.life.Unlock()
+		if s.sync == SyncInterval && s.failed.Load() == nil {
+			s.closeErr = s.db.LogData(nil, pebble.Sync)
+		}
+		if err := s.db.Close(); s.closeErr == nil {
+			s.closeErr = err
+		}
+	})
+	return s.closeErr
+}
+
+// pebbleLogger sends Pebble's messages to the store's logger.
+type pebbleLogger struct{ log *slog.Logger }
+
+func (l pebbleLogger) Infof(format string, args ...any) {
+	l.log.Debug("pebble: " + fmt.Sprintf(format, args...))
+}
+
+func (l pebbleLogger) Errorf(format string, args ...any) {
+	l.log.Error("pebble: " + fmt.Sprintf(format, args...))
+}
+
+// Fatalf is called on conditions Pebble cannot continue from; a library
+// must not exit the process, so it panics.
+func (l pebbleLogger) Fatalf(format string, args ...any) {
+	msg := "pebble: " + fmt.Sprintf(format, args...)
+	l.log.Error(msg)
+	panic(msg)
+}
+
+// termHeap orders terminal streams by their terminal time. Entries of
+// streams dropped otherwise are skipped when they come up.
+type termHeap []*stream
+
+func (h termHeap) Len() int { return len(h) }
+
+// Less reads terminalAt, which is set before the push and never changes.
+func (h termHeap) Less(i, j int) bool { return h[i].terminalAt < h[j].terminalAt }
+func (h termHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *termHeap) Push(x any)        { *h = append(*h, x.(*stream)) }
+func (h *termHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return x
+}
