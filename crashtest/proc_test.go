@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/mcprelay/mcprelay/eventlog"
-	"github.com/mcprelay/mcprelay/eventlog/boltstore"
+	"github.com/mcprelay/mcprelay/eventlog/pebblestore"
 	"github.com/mcprelay/mcprelay/resume"
 	"github.com/mcprelay/mcprelay/sse"
 )
@@ -196,12 +196,12 @@ func (p *relayProc) codec() *resume.Codec {
 }
 
 // openStore opens the event log on disk; the relay must be dead.
-func (p *relayProc) openStore() *boltstore.Store {
+func (p *relayProc) openStore() *pebblestore.Store {
 	p.t.Helper()
 	if p.cmd != nil {
 		p.t.Fatal("openStore while the relay runs")
 	}
-	st, err := boltstore.Open(filepath.Join(p.dataDir, "events.db"), boltstore.Options{})
+	st, err := pebblestore.Open(filepath.Join(p.dataDir, "events"), pebblestore.Options{})
 	if err != nil {
 		p.t.Fatalf("opening the relay's event log: %v", err)
 	}

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/mcprelay/mcprelay/eventlog"
-	"github.com/mcprelay/mcprelay/eventlog/boltstore"
+	"github.com/mcprelay/mcprelay/eventlog/pebblestore"
 )
 
 // defaultDataDir is $XDG_STATE_HOME/mcprelay, else ~/.local/state/mcprelay,
@@ -35,7 +35,7 @@ func openStore(kind, dir, syncPolicy string, r eventlog.Retention) (eventlog.Sto
 	default:
 		return nil, nil, fmt.Errorf("--store must be disk or memory, got %q", kind)
 	}
-	policy, err := boltstore.ParseSyncPolicy(syncPolicy)
+	policy, err := pebblestore.ParseSyncPolicy(syncPolicy)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--sync: %w", err)
 	}
@@ -46,7 +46,7 @@ func openStore(kind, dir, syncPolicy string, r eventlog.Retention) (eventlog.Sto
 	if err != nil {
 		return nil, nil, err
 	}
-	st, err := boltstore.Open(filepath.Join(dir, "events.db"), boltstore.Options{Retention: r, Sync: policy})
+	st, err := pebblestore.Open(filepath.Join(dir, "events"), pebblestore.Options{Retention: r, Sync: policy})
 	if err != nil {
 		return nil, nil, fmt.Errorf("opening the event log in %s: %w", dir, err)
 	}

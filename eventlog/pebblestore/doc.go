@@ -1,7 +1,10 @@
 // Package pebblestore provides an [eventlog.Store] in one embedded Pebble
 // (LSM) directory, so that sessions, streams and their events survive a
-// process restart, with far higher durable append throughput than
-// boltstore when many sessions append at once.
+// process restart. It is mcprelay's disk store: measured against a bbolt
+// store with the same design (since removed), it committed 2 to 4 times
+// more durable events per second with many sessions appending at once,
+// because Pebble's WAL shares one fsync among concurrent commits where
+// bbolt rewrote a page per touched stream and session.
 //
 //	st, err := pebblestore.Open(filepath.Join(dataDir, "eventlog"), pebblestore.Options{
 //		Retention: eventlog.Retention{MaxEvents: 10000},
@@ -41,7 +44,7 @@
 //     power loss loses about the last Interval of acknowledged writes. A
 //     killed process can lose the few writes still in Pebble's WAL buffer
 //     (its flusher writes them to the OS within microseconds to
-//     milliseconds), unlike boltstore.
+//     milliseconds).
 //   - SyncNone: as SyncInterval without the periodic fsync. For tests and
 //     benchmarks.
 //
@@ -83,7 +86,4 @@
 // time in small unsynced batches, deleting a stream's events with a range
 // tombstone. Grace is measured on the wall clock and so continues across
 // restarts.
-//
-// [SyncPolicy] and [ParseSyncPolicy] are boltstore's, so one --sync flag
-// serves either store.
 package pebblestore

@@ -18,7 +18,6 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/mcprelay/mcprelay/eventlog"
-	"github.com/mcprelay/mcprelay/eventlog/boltstore"
 )
 
 // Errors returned by the store besides the eventlog sentinels.
@@ -37,24 +36,40 @@ var (
 	errSyncPolicy    = errors.New("pebblestore: unknown sync policy")
 )
 
-// SyncPolicy says when appended events reach the disk. It is the boltstore
-// type, so one flag value configures either store.
-type SyncPolicy = boltstore.SyncPolicy
+// SyncPolicy says when appended events reach the disk.
+type SyncPolicy int
 
 // Sync policies.
 const (
 	// SyncAlways: an Append returns only after its events are durable (WAL
 	// fsync); concurrent appends of all sessions share fsyncs.
-	SyncAlways = boltstore.SyncAlways
+	SyncAlways SyncPolicy = iota
 	// SyncInterval: fsync the WAL about every Options.Interval; an OS crash
 	// or power loss loses at most about that window.
-	SyncInterval = boltstore.SyncInterval
+	SyncInterval
 	// SyncNone: never fsync explicitly (tests, benchmarks).
-	SyncNone = boltstore.SyncNone
+	SyncNone
 )
 
+var syncNames = [...]string{SyncAlways: "always", SyncInterval: "interval", SyncNone: "none"}
+
+// String returns the policy's name as ParseSyncPolicy accepts it.
+func (p SyncPolicy) String() string {
+	if p < 0 || int(p) >= len(syncNames) {
+		return fmt.Sprintf("SyncPolicy(%d)", int(p))
+	}
+	return syncNames[p]
+}
+
 // ParseSyncPolicy parses "always", "interval" or "none".
-func ParseSyncPolicy(s string) (SyncPolicy, error) { return boltstore.ParseSyncPolicy(s) }
+func ParseSyncPolicy(s string) (SyncPolicy, error) {
+	for p, name := range syncNames {
+		if s == name {
+			return SyncPolicy(p), nil
+		}
+	}
+	return 0, fmt.Errorf("%w %q (want always, interval or none)", errSyncPolicy, s)
+}
 
 // Options configure Open. The zero value is usable.
 type Options struct {
@@ -70,7 +85,7 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Defaults, the same as the eventlog package's and boltstore's.
+// Defaults, the same as the eventlog package's.
 const (
 	defaultMaxEvents     = 10000
 	defaultMaxBytes      = 8 << 20
