@@ -12,7 +12,7 @@ const (
 	defaultMaxEventBytes = 4 << 20
 	initialBufSize       = 512      // an idle stream (one per session, upstream) stays this small
 	busyBufSize          = 64 << 10 // a stream whose reads fill the buffer grows to this
-	maxEmptyReads        = 100 // as bufio: a reader that keeps returning 0, nil is broken
+	maxEmptyReads        = 100      // as bufio: a reader that keeps returning 0, nil is broken
 	// maxRetryMillis keeps retry*time.Millisecond inside a time.Duration.
 	maxRetryMillis = int64(1<<63-1) / int64(time.Millisecond)
 )
