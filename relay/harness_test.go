@@ -17,7 +17,6 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/mcprelay/mcprelay/backend"
-	"github.com/mcprelay/mcprelay/eventlog"
 	"github.com/mcprelay/mcprelay/relay"
 	"github.com/mcprelay/mcprelay/sse"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -169,10 +168,6 @@ func newEnv(t *testing.T, opts relay.Options) *env {
 	e.relay = h
 	e.url = srv.URL
 	return e
-}
-
-func memStore(maxEvents int) eventlog.Store {
-	return eventlog.NewMemory(eventlog.Retention{MaxEvents: maxEvents})
 }
 
 // rawSession speaks the transport by hand, to observe exactly what the

@@ -15,9 +15,7 @@ type message struct {
 	Params json.RawMessage `json:"params"`
 }
 
-func (m *message) isRequest() bool      { return m.Method != "" && len(m.ID) > 0 }
-func (m *message) isNotification() bool { return m.Method != "" && len(m.ID) == 0 }
-func (m *message) isResponse() bool     { return m.Method == "" && len(m.ID) > 0 }
+func (m *message) isRequest() bool { return m.Method != "" && len(m.ID) > 0 }
 
 var errNotJSONRPC = errors.New("relay: body is not a JSON-RPC message or batch")
 
