@@ -12,16 +12,24 @@ import (
 	"testing"
 
 	"github.com/mcprelay/mcprelay/backend"
+	"github.com/mcprelay/mcprelay/eventlog"
+	"github.com/mcprelay/mcprelay/eventlog/pebblestore"
 	"github.com/mcprelay/mcprelay/relay"
 )
 
 // benchTarget is an MCP endpoint to measure: the relay in front of the
 // test server, or the SDK handler alone (the baseline, same run).
 func benchTarget(b *testing.B, viaRelay bool) string {
+	return benchTargetStore(b, viaRelay, nil)
+}
+
+// benchTargetStore is benchTarget with the relay on the given store (nil:
+// memory).
+func benchTargetStore(b *testing.B, viaRelay bool, store eventlog.Store) string {
 	b.Helper()
 	var h http.Handler = backend.SDKHandler(testServer(nil), nil)
 	if viaRelay {
-		rh, err := relay.New(relay.Options{Upstream: backend.Handler(h)})
+		rh, err := relay.New(relay.Options{Upstream: backend.Handler(h), Store: store})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -58,6 +66,20 @@ func benchSession(b *testing.B, url string) string {
 	return sid
 }
 
+// BenchmarkStreamProgressDurable is BenchmarkStreamProgress through the
+// relay on the disk store with SyncAlways, the default of mcprelay serve:
+// every event is fsynced before the client sees it, so batching appends is
+// what keeps one stream from running at the disk's fsync rate.
+func BenchmarkStreamProgressDurable(b *testing.B) {
+	st, err := pebblestore.Open(b.TempDir(), pebblestore.Options{Retention: eventlog.Retention{MaxEvents: 1 << 20, MaxBytes: 1 << 30}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	url := benchTargetStore(b, true, st)
+	benchStream(b, url)
+}
+
 // BenchmarkStreamProgress measures one tools/call streaming b.N progress
 // notifications, counted as received by the client (events/s), through the
 // relay and, as the baseline, from the SDK handler directly.
@@ -68,33 +90,38 @@ func BenchmarkStreamProgress(b *testing.B) {
 			name = "via-relay"
 		}
 		b.Run(name, func(b *testing.B) {
-			url := benchTarget(b, viaRelay)
-			sid := benchSession(b, url)
-			b.ResetTimer()
-			resp := benchPost(b, url, sid, fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"count","arguments":{"n":%d},"_meta":{"progressToken":"t"}}}`, b.N))
-			defer resp.Body.Close()
-			br := bufio.NewReaderSize(resp.Body, 64<<10)
-			got := 0
-			for {
-				line, err := br.ReadSlice('\n')
-				if bytes.HasPrefix(line, []byte("data: {")) {
-					if bytes.Contains(line, []byte(`"notifications/progress"`)) {
-						got++
-					} else if bytes.Contains(line, []byte(`"result"`)) {
-						break
-					}
-				}
-				if err != nil && err != bufio.ErrBufferFull {
-					b.Fatalf("stream ended after %d events: %v", got, err)
-				}
-			}
-			b.StopTimer()
-			if got != b.N {
-				b.Fatalf("received %d of %d events", got, b.N)
-			}
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+			benchStream(b, benchTarget(b, viaRelay))
 		})
 	}
+}
+
+// benchStream runs one tools/call of b.N progress notifications against
+// url and reports the events/s the client received.
+func benchStream(b *testing.B, url string) {
+	sid := benchSession(b, url)
+	b.ResetTimer()
+	resp := benchPost(b, url, sid, fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"count","arguments":{"n":%d},"_meta":{"progressToken":"t"}}}`, b.N))
+	defer resp.Body.Close()
+	br := bufio.NewReaderSize(resp.Body, 64<<10)
+	got := 0
+	for {
+		line, err := br.ReadSlice('\n')
+		if bytes.HasPrefix(line, []byte("data: {")) {
+			if bytes.Contains(line, []byte(`"notifications/progress"`)) {
+				got++
+			} else if bytes.Contains(line, []byte(`"result"`)) {
+				break
+			}
+		}
+		if err != nil && err != bufio.ErrBufferFull {
+			b.Fatalf("stream ended after %d events: %v", got, err)
+		}
+	}
+	b.StopTimer()
+	if got != b.N {
+		b.Fatalf("received %d of %d events", got, b.N)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 }
 
 // BenchmarkIdleSessions measures the heap held per initialized, idle

@@ -236,13 +236,7 @@ func (h *Handler) reincarnate(s *session, gen uint64) error {
 func (h *Handler) pumpRequest(ctx context.Context, st *stream, resp *http.Response, upstream string) {
 	s := st.sess
 	for attempt := 0; ; {
-		lastID, retry, err := readMessages(resp, func(data []byte) bool {
-			h.deliver(st, data)
-			st.mu.Lock()
-			done := st.done
-			st.mu.Unlock()
-			return !done
-		})
+		lastID, retry, err := h.pumpEvents(st, resp)
 		resp.Body.Close()
 		st.mu.Lock()
 		done, cancelled := st.done, st.cancelled
@@ -331,17 +325,85 @@ func (h *Handler) checkUpstream(s *session, gen uint64) {
 // deliver appends one upstream payload to a request stream; the response
 // completing the stream's pending ids carries the terminal marker.
 func (h *Handler) deliver(st *stream, data []byte) {
+	h.deliverBatch(st, []eventlog.Event{{Data: data}})
+}
+
+// deliverBatch appends upstream payloads to a request stream in one
+// Append (one fsync with a durable store). The response completing the
+// stream's pending ids carries the terminal marker; anything after it is
+// dropped. It reports whether the stream is now terminal.
+func (h *Handler) deliverBatch(st *stream, evs []eventlog.Event) bool {
 	terminal := false
 	var idsBuf [1]json.RawMessage
-	if ids := responseIDs(data, idsBuf[:0]); len(ids) > 0 {
+	for i := range evs {
+		ids := responseIDs(evs[i].Data, idsBuf[:0])
+		if len(ids) == 0 {
+			continue
+		}
 		st.mu.Lock()
 		for _, id := range ids {
 			delete(st.pending, string(id))
 		}
 		terminal = !st.standalone && len(st.pending) == 0
 		st.mu.Unlock()
+		if terminal {
+			evs = evs[:i+1]
+			break
+		}
 	}
-	h.appendEvents(st, terminal, eventlog.Event{Data: data})
+	h.appendEvents(st, terminal, evs...)
+	return terminal
+}
+
+// pumpBatch bounds how many upstream messages one Append carries.
+const pumpBatch = 128
+
+// pumpEvents moves one upstream answer into a request stream's log until
+// its final response or the end of the body. A reader goroutine parses the
+// body while this one appends: messages that arrive while an Append (and
+// its fsync) is under way go together into the next one, so a stream is
+// not held to one fsync per event.
+func (h *Handler) pumpEvents(st *stream, resp *http.Response) (lastID string, retry time.Duration, err error) {
+	ch := make(chan []byte, pumpBatch)
+	stop := make(chan struct{})
+	go func() {
+		defer close(ch)
+		lastID, retry, err = readMessages(resp, func(data []byte) bool {
+			select {
+			case ch <- data:
+				return true
+			case <-stop:
+				return false
+			}
+		})
+	}()
+	batch := make([]eventlog.Event, 0, pumpBatch)
+	for data := range ch {
+		batch = append(batch[:0], eventlog.Event{Data: data})
+	drain:
+		for len(batch) < pumpBatch {
+			select {
+			case d, ok := <-ch:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, eventlog.Event{Data: d})
+			default:
+				break drain
+			}
+		}
+		st.mu.Lock()
+		done := st.done
+		st.mu.Unlock()
+		if done || h.deliverBatch(st, batch) {
+			close(stop)
+			resp.Body.Close() // unblocks a reader waiting for more
+			for range ch {
+			}
+			break
+		}
+	}
+	return lastID, retry, err // the reader has finished: ch is closed
 }
 
 // pumpStandalone keeps the backend's GET stream of incarnation gen open and
