@@ -2,11 +2,15 @@ package relay_test
 
 import (
 	"fmt"
+	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/mcprelay/mcprelay/backend"
 	"github.com/mcprelay/mcprelay/relay"
 	"github.com/mcprelay/mcprelay/sse"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // TestBackendPollingIsCarriedToTheClient: the backend closes its request
@@ -88,5 +92,51 @@ func TestRelayPollInterval(t *testing.T) {
 		if p != float64(i+1) {
 			t.Fatalf("progress out of order or repeated: %v", all)
 		}
+	}
+}
+
+// failFirstResume answers the first GET with Last-Event-ID with 503, as a
+// backend restarting behind a load balancer might.
+type failFirstResume struct {
+	h      http.Handler
+	failed atomic.Bool
+}
+
+func (f *failFirstResume) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet && r.Header.Get("Last-Event-ID") != "" && f.failed.CompareAndSwap(false, true) {
+		http.Error(w, "try again", http.StatusServiceUnavailable)
+		return
+	}
+	f.h.ServeHTTP(w, r)
+}
+
+// TestBackendResumeRetried: when the relay's first attempt to resume a
+// backend stream fails, it tries again with the same cursor instead of
+// declaring the request lost. Regression: a failed attempt made the relay
+// forget the backend's cursor, so the request was reported lost.
+func TestBackendResumeRetried(t *testing.T) {
+	be := newRestartable(func() http.Handler {
+		return backend.SDKHandler(testServer(nil), &mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)})
+	})
+	t.Cleanup(func() { be.cancel() })
+	ff := &failFirstResume{h: be}
+	up := backend.Handler(ff)
+	e := newEnv(t, relay.Options{Upstream: up})
+	s := e.initialize("2025-11-25", "")
+	resp := s.post(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"poll","arguments":{}}}`)
+	evs, ended := events(t, resp, 0, 10*time.Second)
+	for try := 0; !ended || len(dataEvents(evs)) == 0 || decode(t, dataEvents(evs)[len(dataEvents(evs))-1].Data).ID == nil; try++ {
+		if try == 20 {
+			t.Fatalf("no answer: %+v", evs)
+		}
+		resp = s.get(lastID(evs))
+		evs, ended = events(t, resp, 0, 10*time.Second)
+	}
+	last := decode(t, dataEvents(evs)[len(dataEvents(evs))-1].Data)
+	if last.Result == nil || last.Result.Content[0].Text != "polled" {
+		t.Fatalf("want the result after a failed backend resume, got %s", dataEvents(evs)[len(dataEvents(evs))-1].Data)
+	}
+	if !ff.failed.Load() {
+		t.Fatal("the backend was never asked to resume: the test proves nothing")
 	}
 }

@@ -235,9 +235,13 @@ func (h *Handler) reincarnate(s *session, gen uint64) error {
 // (legacy era: only notifications/cancelled cancels).
 func (h *Handler) pumpRequest(ctx context.Context, st *stream, resp *http.Response, upstream string) {
 	s := st.sess
+	cursor := "" // the backend's last event ID on this stream, kept across failed resumes
 	for attempt := 0; ; {
 		lastID, retry, err := h.pumpEvents(st, resp)
 		resp.Body.Close()
+		if lastID != "" {
+			cursor = lastID
+		}
 		st.mu.Lock()
 		done, cancelled := st.done, st.cancelled
 		st.mu.Unlock()
@@ -248,7 +252,7 @@ func (h *Handler) pumpRequest(ctx context.Context, st *stream, resp *http.Respon
 			h.loseStream(st, "cancelled", "request cancelled")
 			return
 		}
-		if lastID == "" || attempt >= 5 {
+		if cursor == "" || attempt >= 5 {
 			// The backend gave no way to resume its stream: the response
 			// can no longer come.
 			if err == nil {
@@ -275,9 +279,9 @@ func (h *Handler) pumpRequest(ctx context.Context, st *stream, resp *http.Respon
 			return
 		case <-time.After(min(wait, 10*time.Second)):
 		}
-		r, gerr := h.upstreamRequest(ctx, http.MethodGet, upstream, s.version, s.authz, nil, lastID)
+		r, gerr := h.upstreamRequest(ctx, http.MethodGet, upstream, s.version, s.authz, nil, cursor)
 		if gerr == nil {
-			h.log.Debug("resuming the backend's request stream", logSession, s.id, logStream, st.skey, logCursor, lastID, logStatus, r.StatusCode)
+			h.log.Debug("resuming the backend's request stream", logSession, s.id, logStream, st.skey, logCursor, cursor, logStatus, r.StatusCode)
 		}
 		if gerr != nil {
 			resp = &http.Response{Body: http.NoBody, Header: http.Header{}}
