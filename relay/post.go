@@ -173,14 +173,11 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, body []byte
 }
 
 func (h *Handler) createSession(r *http.Request, version string, params json.RawMessage, upstream, authz string) (*session, error) {
-	ctx, cancel := context.WithCancel(h.ctx)
 	s := &session{
 		id:          newSessionID(),
 		principal:   principal(r),
 		version:     version,
 		authz:       authz,
-		ctx:         ctx,
-		cancel:      cancel,
 		incarnation: 1,
 		upstream:    upstream,
 	}
@@ -195,12 +192,10 @@ func (h *Handler) createSession(r *http.Request, version string, params json.Raw
 		Created:          time.Now(),
 	}
 	if err := h.store.CreateSession(r.Context(), rec); err != nil {
-		cancel()
 		return nil, err
 	}
 	st, err := h.newStream(r.Context(), s, 1, true, nil)
 	if err != nil {
-		cancel()
 		h.store.DeleteSession(context.WithoutCancel(r.Context()), s.id)
 		return nil, err
 	}
@@ -277,9 +272,13 @@ func (h *Handler) forwardRequest(w http.ResponseWriter, r *http.Request, s *sess
 		upstream string
 		err      error
 	)
+	// The backend request lives as long as its stream's pump, not as long
+	// as the client's connection (legacy era: disconnection is not
+	// cancellation); endSession and retire cancel it.
+	pctx, cancel := context.WithCancel(h.ctx)
 	for try := 0; try < 2; try++ {
 		gen, upstream = s.current()
-		resp, err = h.upstreamRequest(s.ctx, http.MethodPost, upstream, s.version, s.authz, body, "")
+		resp, err = h.upstreamRequest(pctx, http.MethodPost, upstream, s.version, s.authz, body, "")
 		if err != nil {
 			break
 		}
@@ -294,10 +293,12 @@ func (h *Handler) forwardRequest(w http.ResponseWriter, r *http.Request, s *sess
 		}
 	}
 	if err != nil {
+		cancel()
 		writeJSONErrors(w, http.StatusBadGateway, ids, CodeRequestLost, "mcprelay: backend unavailable: "+err.Error())
 		return
 	}
 	if resp.StatusCode != http.StatusOK {
+		defer cancel()
 		defer resp.Body.Close()
 		copyResponse(w, resp)
 		return
@@ -305,17 +306,25 @@ func (h *Handler) forwardRequest(w http.ResponseWriter, r *http.Request, s *sess
 	st, err := h.newStream(r.Context(), s, gen, false, ids)
 	if err != nil {
 		resp.Body.Close()
+		cancel()
 		writeJSONErrors(w, http.StatusInternalServerError, ids, -32603, "mcprelay: event log: "+err.Error())
 		return
 	}
-	pctx, cancel := context.WithCancel(s.ctx)
 	st.cancel = cancel
 	s.mu.Lock()
-	if s.incarnation != gen {
+	switch {
+	case s.closed:
+		// Deleted or expired while we sent: nobody will read the answer.
+		s.mu.Unlock()
+		resp.Body.Close()
+		cancel()
+		httpError(w, http.StatusNotFound, "Not Found: the session ended")
+		return
+	case s.incarnation != gen:
 		// Re-created while we sent: this request went to a dead backend.
 		s.mu.Unlock()
 		h.loseStream(st, ReasonBackendLost, "mcprelay: request lost: the backend session was re-created")
-	} else {
+	default:
 		if s.inflight == nil {
 			s.inflight = make(map[*stream]struct{})
 		}

@@ -61,25 +61,21 @@ func (h *Handler) restore(r *http.Request, id string) *session {
 		close(wait)
 	}()
 
-	sctx, cancel := context.WithCancel(h.ctx)
 	s := &session{
 		id:        rec.ID,
 		principal: rec.Principal,
 		version:   rec.ProtocolVersion,
 		authz:     r.Header.Get("Authorization"),
-		ctx:       sctx,
-		cancel:    cancel,
 		replay:    rec.Replay,
 	}
 	s.touch()
-	ictx, icancel := context.WithTimeout(sctx, 30*time.Second)
+	ictx, icancel := context.WithTimeout(h.ctx, 30*time.Second)
 	defer icancel()
 	upstream, _, err := h.initUpstream(ictx, rec.InitializeParams, s.version, s.authz)
 	if err == nil {
 		err = h.replayState(ictx, s, upstream)
 	}
 	if err != nil {
-		cancel()
 		h.log.Error("restoring a session: re-creating its backend", logSession, id, "err", err)
 		return nil
 	}
@@ -90,14 +86,12 @@ func (h *Handler) restore(r *http.Request, id string) *session {
 	rec.Incarnation = gen
 	rec.Upstream = upstream
 	if err := h.store.UpdateSession(ictx, rec); err != nil {
-		cancel()
 		h.log.Error("restoring a session: recording its new incarnation", logSession, id, "err", err)
 		return nil
 	}
 	h.sealStored(ictx, s, gen)
 	st, err := h.newStream(ictx, s, gen, true, nil)
 	if err != nil {
-		cancel()
 		return nil
 	}
 	s.incarnation = gen

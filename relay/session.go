@@ -21,9 +21,6 @@ type session struct {
 	version   string // negotiated protocol version
 	authz     string // Authorization forwarded upstream
 
-	ctx    context.Context // ends the session's pumps
-	cancel context.CancelFunc
-
 	reinitMu sync.Mutex // serializes re-creation of the backend side
 
 	mu          sync.Mutex
@@ -267,9 +264,13 @@ func (h *Handler) endSession(s *session, why string) {
 	}
 	genCancel := s.genCancel
 	s.mu.Unlock()
-	s.cancel()
 	if genCancel != nil {
 		genCancel()
+	}
+	for _, st := range sts {
+		if st.cancel != nil {
+			st.cancel() // ends the stream's backend request and its pump
+		}
 	}
 	h.mu.Lock()
 	delete(h.sessions, s.id)

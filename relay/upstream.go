@@ -177,7 +177,7 @@ func (h *Handler) reincarnate(s *session, gen uint64) error {
 		return nil
 	}
 	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(h.ctx, 30*time.Second)
 	defer cancel()
 	// The recorded initialize params live in the store only, not in every
 	// idle session's memory.
@@ -312,7 +312,7 @@ func (h *Handler) checkUpstream(s *session, gen uint64) {
 	if g != gen {
 		return
 	}
-	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(h.ctx, 10*time.Second)
 	defer cancel()
 	resp, err := h.upstreamRequest(ctx, http.MethodPost, upstream, s.version, s.authz,
 		[]byte(`{"jsonrpc":"2.0","id":"mcprelay-ping","method":"ping"}`), "")
