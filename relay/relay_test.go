@@ -3,7 +3,6 @@ package relay_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -117,8 +116,12 @@ func TestGoSDKClient(t *testing.T) {
 			if version != "" && cs.ID() == "" {
 				t.Fatal("no session ID for a session-based revision")
 			}
-			if version == "" && !strings.HasPrefix(cs.InitializeResult().ProtocolVersion, "2026") {
-				t.Logf("default protocol negotiated %s", cs.InitializeResult().ProtocolVersion)
+			if version == "" {
+				// The default is the stateless revision, passed through
+				// without a session.
+				if v := cs.InitializeResult().ProtocolVersion; v != "2026-07-28" || cs.ID() != "" {
+					t.Fatalf("default protocol: negotiated %q with session %q, want 2026-07-28 without a session", v, cs.ID())
+				}
 			}
 		})
 	}
