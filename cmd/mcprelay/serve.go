@@ -96,6 +96,7 @@ func serve(args []string) error {
 
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", h)
+	mux.Handle("/metrics", h.Metrics())
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err
