@@ -224,9 +224,10 @@ func (h *Handler) follow(ctx context.Context, c *sseConn, s *session, st *stream
 		// while the connection waits: an idle stream costs no batch.
 		bp := eventBufs.Get().(*[]eventlog.Event)
 		rec, evs, err := h.store.Read(ctx, key, cursor, replayBatch, (*bp)[:0])
+		read := evs
 		release := func() {
-			clear(evs[:cap(evs)]) // drop references to event data
-			*bp = evs[:0]
+			clear(read) // drop references to event data; the rest is still zero
+			*bp = read[:0]
 			eventBufs.Put(bp)
 		}
 		if err != nil {
