@@ -228,15 +228,10 @@ func (h *Handler) forwardOneWay(w http.ResponseWriter, r *http.Request, s *sessi
 	for _, m := range msgs {
 		if m.Method == "notifications/initialized" {
 			s.mu.Lock()
-			start := s.genCancel == nil && s.incarnation == gen
-			var gctx context.Context
-			if start {
-				gctx, s.genCancel = h.genContext()
+			if s.genCancel == nil && s.incarnation == gen {
+				h.startPumpLocked(s, gen, upstream)
 			}
 			s.mu.Unlock()
-			if start {
-				go h.pumpStandalone(gctx, s, gen, upstream)
-			}
 		}
 	}
 	w.WriteHeader(http.StatusAccepted)

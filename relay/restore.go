@@ -71,38 +71,25 @@ func (h *Handler) restore(r *http.Request, id string) *session {
 	s.touch()
 	ictx, icancel := context.WithTimeout(h.ctx, 30*time.Second)
 	defer icancel()
-	upstream, _, err := h.initUpstream(ictx, rec.InitializeParams, s.version, s.authz)
-	if err == nil {
-		err = h.replayState(ictx, s, upstream)
-	}
+	previous := rec.Upstream
+	gen, upstream, st, err := h.nextIncarnation(ictx, s, rec)
 	if err != nil {
 		h.log.Error("restoring a session: re-creating its backend", logSession, id, "err", err)
 		return nil
 	}
-	if rec.Upstream != "" {
-		go h.deleteUpstream(rec.Upstream, s.version, s.authz) // the previous incarnation's, if it still exists
-	}
-	gen := rec.Incarnation + 1
-	rec.Incarnation = gen
-	rec.Upstream = upstream
-	if err := h.store.UpdateSession(ictx, rec); err != nil {
-		h.log.Error("restoring a session: recording its new incarnation", logSession, id, "err", err)
-		return nil
+	if previous != "" {
+		go h.deleteUpstream(previous, s.version, s.authz) // the previous incarnation's, if it still exists
 	}
 	h.sealStored(ictx, s, gen)
-	st, err := h.newStream(ictx, s, gen, true, nil)
-	if err != nil {
-		return nil
-	}
+	s.mu.Lock()
 	s.incarnation = gen
 	s.upstream = upstream
 	s.standalone = st
-	gctx, gcancel := h.genContext()
-	s.genCancel = gcancel
+	h.startPumpLocked(s, gen, upstream)
+	s.mu.Unlock()
 	h.mu.Lock()
 	h.sessions[id] = s
 	h.mu.Unlock()
-	go h.pumpStandalone(gctx, s, gen, upstream)
 	h.counts.add("restore")
 	h.log.Info("session restored from the store", logSession, id, "incarnation", gen)
 	return s

@@ -185,22 +185,9 @@ func (h *Handler) reincarnate(s *session, gen uint64) error {
 	if err != nil {
 		return err
 	}
-	upstream, _, err := h.initUpstream(ctx, rec.InitializeParams, s.version, s.authz)
-	if err == nil {
-		err = h.replayState(ctx, s, upstream)
-	}
+	newGen, upstream, standalone, err := h.nextIncarnation(ctx, s, rec)
 	if err != nil {
 		h.log.Error("re-creating the backend session", logSession, s.id, "err", err)
-		return err
-	}
-	newGen := gen + 1
-	rec.Incarnation = newGen
-	rec.Upstream = upstream
-	if err := h.store.UpdateSession(ctx, rec); err != nil {
-		return err
-	}
-	standalone, err := h.newStream(ctx, s, newGen, true, nil)
-	if err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -210,11 +197,7 @@ func (h *Handler) reincarnate(s *session, gen uint64) error {
 	s.incarnation = newGen
 	s.upstream = upstream
 	s.standalone = standalone
-	if s.genCancel != nil {
-		s.genCancel()
-	}
-	gctx, gcancel := h.genContext()
-	s.genCancel = gcancel
+	h.startPumpLocked(s, newGen, upstream)
 	s.mu.Unlock()
 	h.counts.add("reincarnation")
 	h.log.Warn("backend session re-created", logSession, s.id, "incarnation", newGen, "lost_streams", len(old))
@@ -226,8 +209,42 @@ func (h *Handler) reincarnate(s *session, gen uint64) error {
 		h.appendEvents(oldStandalone, true, eventlog.Event{Type: "reset",
 			Data: resetData{Reason: ReasonGenerationChanged, Stream: oldStandalone.skey, Generation: oldStandalone.gen}.marshal()})
 	}
-	go h.pumpStandalone(gctx, s, newGen, upstream)
 	return nil
+}
+
+// nextIncarnation creates a backend session for s from its recorded
+// initialize and state-setting requests, records it in the store as
+// incarnation rec.Incarnation+1, and creates that incarnation's
+// standalone stream. The caller installs them in s and starts the pump.
+func (h *Handler) nextIncarnation(ctx context.Context, s *session, rec *eventlog.Session) (gen uint64, upstream string, standalone *stream, err error) {
+	upstream, _, err = h.initUpstream(ctx, rec.InitializeParams, s.version, s.authz)
+	if err == nil {
+		err = h.replayState(ctx, s, upstream)
+	}
+	if err != nil {
+		return 0, "", nil, err
+	}
+	gen = rec.Incarnation + 1
+	rec.Incarnation, rec.Upstream = gen, upstream
+	if err := h.store.UpdateSession(ctx, rec); err != nil {
+		return 0, "", nil, fmt.Errorf("recording incarnation %d: %w", gen, err)
+	}
+	standalone, err = h.newStream(ctx, s, gen, true, nil)
+	if err != nil {
+		return 0, "", nil, err
+	}
+	return gen, upstream, standalone, nil
+}
+
+// startPumpLocked starts the backend GET pump of incarnation gen, ending
+// the previous incarnation's. s.mu must be held.
+func (h *Handler) startPumpLocked(s *session, gen uint64, upstream string) {
+	if s.genCancel != nil {
+		s.genCancel()
+	}
+	ctx, cancel := h.genContext()
+	s.genCancel = cancel
+	go h.pumpStandalone(ctx, s, gen, upstream)
 }
 
 // pumpRequest moves one request's upstream answer into its stream's log
