@@ -71,7 +71,7 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	d := resume.Decide(in)
-	h.counts.add("resume/" + itoa(d.Status) + "/" + d.Reason)
+	h.counts.add("resume/" + strconv.Itoa(d.Status) + "/" + d.Reason)
 	attrs := []any{logSession, sid, logCursor, lei, logRow, d.Row, logStatus, d.Status, logReason, d.Reason}
 	switch {
 	case d.Status == http.StatusConflict:
@@ -398,7 +398,7 @@ func (c *sseConn) flush() error {
 // closing its connection cancels the upstream request, as that revision
 // requires. No session, no event IDs, nothing logged.
 func (h *Handler) passThrough(w http.ResponseWriter, r *http.Request, body []byte) {
-	req, err := http.NewRequestWithContext(r.Context(), http.MethodPost, h.up.Stateless(), bytesReader(body))
+	req, err := http.NewRequestWithContext(r.Context(), http.MethodPost, h.up.Stateless(), bytes.NewReader(body))
 	if err != nil {
 		httpError(w, http.StatusInternalServerError, err.Error())
 		return
@@ -448,7 +448,3 @@ func copyBody(w http.ResponseWriter, body io.Reader, size int) {
 		}
 	}
 }
-
-func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
-
-func itoa(n int) string { return strconv.Itoa(n) }

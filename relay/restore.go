@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/mcprelay/mcprelay/eventlog"
@@ -207,7 +208,7 @@ func (h *Handler) replayState(ctx context.Context, s *session, upstream string) 
 		if err := json.Unmarshal(raw, &m); err != nil {
 			continue
 		}
-		id := json.RawMessage(`"mcprelay-replay-` + itoa(i) + `"`)
+		id := json.RawMessage(`"mcprelay-replay-` + strconv.Itoa(i) + `"`)
 		m["id"] = id
 		body, _ := json.Marshal(m)
 		resp, err := h.upstreamRequest(ctx, http.MethodPost, upstream, s.version, s.authz, body, "")
