@@ -24,7 +24,11 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request) {
 	}
 	var s *session
 	if sid != "" {
-		s = h.lookup(r, sid)
+		var err error
+		if s, err = h.lookup(r, sid); err != nil {
+			writeUnavailable(w, err)
+			return
+		}
 	}
 	if s != nil && !h.checkVersion(w, r, s) {
 		return
@@ -118,7 +122,11 @@ func (h *Handler) serveDELETE(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusBadRequest, "Bad Request: Mcp-Session-Id header is required")
 		return
 	}
-	s := h.lookup(r, sid)
+	s, err := h.lookup(r, sid)
+	if err != nil {
+		writeUnavailable(w, err)
+		return
+	}
 	if s == nil {
 		httpError(w, http.StatusNotFound, "Not Found: unknown or expired session")
 		return

@@ -42,7 +42,11 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusNotAcceptable, "Accept must list application/json and text/event-stream")
 		return
 	}
-	s := h.lookup(r, sid)
+	s, err := h.lookup(r, sid)
+	if err != nil {
+		writeUnavailable(w, err)
+		return
+	}
 	if s == nil {
 		httpError(w, http.StatusNotFound, "Not Found: unknown or expired session; initialize a new one")
 		return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -19,25 +20,27 @@ import (
 // process left unfinished are sealed (a request stream gets the reset
 // signal and an error per lost request, the standalone stream a
 // generation_changed reset), so that no resume of them can hang. It
-// returns nil when the store has no such session, the caller is not its
-// principal, or the backend cannot be re-created.
-func (h *Handler) restore(r *http.Request, id string) *session {
+// returns nil, nil when the store has no such session or the caller is not
+// its principal, and an error wrapping errUnavailable when the session
+// exists but cannot be restored now (the store or the backend failed).
+func (h *Handler) restore(r *http.Request, id string) (*session, error) {
 	ctx := r.Context()
 	rec, err := h.store.Session(ctx, id)
 	if err != nil {
-		if !errors.Is(err, eventlog.ErrNotFound) {
-			h.log.Error("reading a session from the store", logSession, id, "err", err)
+		if errors.Is(err, eventlog.ErrNotFound) {
+			return nil, nil
 		}
-		return nil
+		h.log.Error("reading a session from the store", logSession, id, "err", err)
+		return nil, fmt.Errorf("%w: event log: %v", errUnavailable, err)
 	}
 	if rec.Principal != principal(r) {
-		return nil
+		return nil, nil
 	}
 	// One restore per session at a time; the loser uses the winner's.
 	h.mu.Lock()
 	if s := h.sessions[id]; s != nil {
 		h.mu.Unlock()
-		return s
+		return s, nil
 	}
 	wait, busy := h.restoring[id]
 	if !busy {
@@ -49,11 +52,14 @@ func (h *Handler) restore(r *http.Request, id string) *session {
 		select {
 		case <-wait:
 		case <-ctx.Done():
-			return nil
+			return nil, fmt.Errorf("%w: %v", errUnavailable, ctx.Err())
 		}
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		return h.sessions[id]
+		if s := h.sessions[id]; s != nil {
+			return s, nil
+		}
+		return nil, fmt.Errorf("%w: restoring it failed", errUnavailable)
 	}
 	defer func() {
 		h.mu.Lock()
@@ -76,7 +82,7 @@ func (h *Handler) restore(r *http.Request, id string) *session {
 	gen, upstream, st, err := h.nextIncarnation(ictx, s, rec)
 	if err != nil {
 		h.log.Error("restoring a session: re-creating its backend", logSession, id, "err", err)
-		return nil
+		return nil, fmt.Errorf("%w: re-creating its backend: %v", errUnavailable, err)
 	}
 	if previous != "" {
 		go h.deleteUpstream(previous, s.version, s.authz) // the previous incarnation's, if it still exists
@@ -93,7 +99,7 @@ func (h *Handler) restore(r *http.Request, id string) *session {
 	h.mu.Unlock()
 	h.counts.add("restore")
 	h.log.Info("session restored from the store", logSession, id, "incarnation", gen)
-	return s
+	return s, nil
 }
 
 // sealStored ends the unfinished streams of older incarnations that the

@@ -104,3 +104,59 @@ func TestRelayRestartWithDurableStore(t *testing.T) {
 		t.Fatalf("restores: %d", n)
 	}
 }
+
+// downable answers 503 to everything while down is set.
+type downable struct {
+	h    http.Handler
+	down atomic.Bool
+}
+
+func (d *downable) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if d.down.Load() {
+		http.Error(w, "starting", http.StatusServiceUnavailable)
+		return
+	}
+	d.h.ServeHTTP(w, r)
+}
+
+// TestRestoreWhileBackendDown: after a relay restart, a session whose
+// backend cannot be re-created yet gets 503 with Retry-After — not 404,
+// which would make the client drop a session that still exists — and is
+// restored once the backend is back.
+func TestRestoreWhileBackendDown(t *testing.T) {
+	store := eventlog.NewMemory(eventlog.Retention{})
+	be := &downable{h: backend.SDKHandler(testServer(nil), nil)}
+	start := func() *relay.Handler {
+		h, err := relay.New(relay.Options{Upstream: backend.Handler(be), Store: store, Secret: testSecret})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	var current atomic.Pointer[relay.Handler]
+	current.Store(start())
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { current.Load().ServeHTTP(w, r) }))
+	t.Cleanup(func() { current.Load().Close(); srv.CloseClientConnections(); srv.Close() })
+	e := &env{t: t, url: srv.URL}
+
+	s := e.initialize("2025-11-25", "")
+	evs := completedCall(t, s, 2)
+	old := current.Load()
+	current.Store(start())
+	old.Close()
+	be.down.Store(true)
+
+	r := s.get(evs[1].ID)
+	if r.StatusCode != http.StatusServiceUnavailable || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("backend down during restore: %s (Retry-After %q), want 503 with Retry-After", r.Status, r.Header.Get("Retry-After"))
+	}
+	be.down.Store(false)
+	r = s.get(evs[1].ID)
+	if r.StatusCode != http.StatusOK {
+		t.Fatalf("after the backend is back: %s, want 200", r.Status)
+	}
+	got, ended := events(t, r, 0, 5*time.Second)
+	if !ended || len(dataEvents(got)) == 0 {
+		t.Fatalf("replay after restore: ended=%v %+v", ended, got)
+	}
+}

@@ -112,24 +112,42 @@ func (st *stream) detach(a *attachment) {
 
 // lookup resolves a session ID for the caller: nil when it is unknown,
 // expired, deleted, or bound to another principal (all the same 404).
-func (h *Handler) lookup(r *http.Request, id string) *session {
+//
+// The error is errUnavailable when the store holds the session but it
+// cannot be restored right now (the store failed, or the backend could not
+// be re-created): the client should retry (503), not re-initialize (404).
+func (h *Handler) lookup(r *http.Request, id string) (*session, error) {
 	h.mu.Lock()
 	s := h.sessions[id]
 	h.mu.Unlock()
 	if s == nil {
-		s = h.restore(r, id)
+		var err error
+		if s, err = h.restore(r, id); err != nil {
+			return nil, err
+		}
 	}
 	if s == nil || s.principal != principal(r) {
-		return nil
+		return nil, nil
 	}
 	s.mu.Lock()
 	closed := s.closed
 	s.mu.Unlock()
 	if closed {
-		return nil
+		return nil, nil
 	}
 	s.touch()
-	return s
+	return s, nil
+}
+
+// errUnavailable: the session exists but cannot be served right now.
+var errUnavailable = errors.New("relay: session temporarily unavailable")
+
+// writeUnavailable answers a request for a session that cannot be
+// restored right now: 503 with Retry-After, so that the client keeps its
+// session and cursor and tries again.
+func writeUnavailable(w http.ResponseWriter, err error) {
+	w.Header().Set("Retry-After", "1")
+	httpError(w, http.StatusServiceUnavailable, "Service Unavailable: "+err.Error()+"; retry")
 }
 
 // newStream creates a stream of the session's current incarnation in the
