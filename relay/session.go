@@ -54,6 +54,8 @@ type stream struct {
 	gen        uint64
 	standalone bool
 
+	appendMu sync.Mutex // held by one appender at a time, across the store call
+
 	mu        sync.Mutex
 	pending   map[string]json.RawMessage // request ids awaiting a response (request streams)
 	done      bool                       // terminal event appended
@@ -192,23 +194,29 @@ func (h *Handler) liveStream(key string) *stream {
 // appendEvents appends to a stream unless it is already terminal, and
 // wakes its reader. It reports whether the events were appended.
 func (h *Handler) appendEvents(st *stream, terminal bool, evs ...eventlog.Event) bool {
+	// appendMu orders appenders (the pump, a seal) without holding st.mu
+	// across the store call: with a durable store that is an fsync, and
+	// readers, takeovers and session-wide walks take st.mu meanwhile.
+	st.appendMu.Lock()
+	defer st.appendMu.Unlock()
 	st.mu.Lock()
-	if st.done {
-		st.mu.Unlock()
+	done := st.done
+	st.mu.Unlock()
+	if done {
 		return false
 	}
-	_, err := h.store.Append(h.ctx, st.skey, terminal, evs...)
-	if err != nil {
-		st.mu.Unlock()
-		if !errors.Is(err, context.Canceled) {
+	if _, err := h.store.Append(h.ctx, st.skey, terminal, evs...); err != nil {
+		// A session ended meanwhile (its log is gone) is not an error.
+		if !errors.Is(err, context.Canceled) && !errors.Is(err, eventlog.ErrNotFound) {
 			h.log.Error("appending to the event log", logSession, st.sess.id, logStream, st.skey, "err", err)
 		}
 		return false
 	}
 	if terminal {
+		st.mu.Lock()
 		st.done = true
+		st.mu.Unlock()
 	}
-	st.mu.Unlock()
 	st.signal()
 	if terminal {
 		h.retire(st)
