@@ -25,12 +25,8 @@ func (pr *prober) connectedPlan() plan {
 // opened opens a session and makes one small tool call in it; the result is
 // set when the case cannot go on.
 func (pr *prober) opened(ctx context.Context) (*session, *toolCall, Result, bool) {
-	s, err := pr.c.open(ctx)
-	if err != nil {
-		return nil, nil, Result{Verdict: NotTested, Observed: err.Error(), Reason: "could not open a session"}, false
-	}
-	if pr.name == "" {
-		res, _ := pr.streamed(nil)
+	s, res, ok := pr.openWithTool(ctx)
+	if !ok {
 		return s, nil, res, false
 	}
 	tc := pr.callTool(ctx, s, smallPlan, nil)
@@ -38,6 +34,21 @@ func (pr *prober) opened(ctx context.Context) (*session, *toolCall, Result, bool
 		return s, tc, res, false
 	}
 	return s, tc, Result{}, true
+}
+
+// openWithTool opens a session for a case that needs a tool; the result is
+// set when the case cannot go on (no session, or no tool to call). The
+// caller closes a non-nil session.
+func (pr *prober) openWithTool(ctx context.Context) (*session, Result, bool) {
+	s, err := pr.c.open(ctx)
+	if err != nil {
+		return nil, Result{Verdict: NotTested, Observed: err.Error(), Reason: "could not open a session"}, false
+	}
+	if pr.name == "" {
+		res, _ := pr.streamed(nil)
+		return s, res, false
+	}
+	return s, Result{}, true
 }
 
 // pickCursors returns up to three of cs: first, middle, last.
@@ -217,13 +228,11 @@ func (pr *prober) postLastEventID(ctx context.Context) Result {
 }
 
 func (pr *prober) evicted(ctx context.Context) Result {
-	s, err := pr.c.open(ctx)
-	if err != nil {
-		return Result{Verdict: NotTested, Observed: err.Error(), Reason: "could not open a session"}
+	s, res, ok := pr.openWithTool(ctx)
+	if s != nil {
+		defer s.close(ctx)
 	}
-	defer s.close(ctx)
-	if pr.name == "" {
-		res, _ := pr.streamed(nil)
+	if !ok {
 		return res
 	}
 	budget := pr.opts.MaxEvents
@@ -335,13 +344,11 @@ func (pr *prober) finished(ctx context.Context) Result {
 }
 
 func (pr *prober) connected(ctx context.Context) Result {
-	s, err := pr.c.open(ctx)
-	if err != nil {
-		return Result{Verdict: NotTested, Observed: err.Error(), Reason: "could not open a session"}
+	s, res, ok := pr.openWithTool(ctx)
+	if s != nil {
+		defer s.close(ctx)
 	}
-	defer s.close(ctx)
-	if pr.name == "" {
-		res, _ := pr.streamed(nil)
+	if !ok {
 		return res
 	}
 	firstID := make(chan string, 1)
