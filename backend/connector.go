@@ -39,7 +39,9 @@ type Poll struct {
 	Retry time.Duration
 }
 
-func (p *Poll) Error() string { return fmt.Sprintf("backend: stream closed for polling, retry %v", p.Retry) }
+func (p *Poll) Error() string {
+	return fmt.Sprintf("backend: stream closed for polling, retry %v", p.Retry)
+}
 
 // Connector opens backend sessions. It is the seam between the relay, which
 // owns everything the client sees (sessions, streams, event IDs, the log),
