@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/mcprelay/mcprelay/eventlog"
-	"github.com/mcprelay/mcprelay/relay"
 	"github.com/mcprelay/mcprelay/resume"
 	"github.com/mcprelay/mcprelay/sse"
 )
@@ -114,12 +113,7 @@ type message struct {
 	} `json:"error"`
 }
 
-type resetMsg struct {
-	Reason     string            `json:"reason"`
-	Stream     string            `json:"stream"`
-	Generation uint64            `json:"generation"`
-	Lost       []json.RawMessage `json:"lost"`
-}
+type resetMsg = resume.Reset
 
 // checker applies the per-event checks of one client (one session).
 type checker struct {
@@ -222,7 +216,7 @@ func (k *checker) handle(c *call, ev sse.Event) {
 			}
 			c.outcome = "result"
 		case m.Error != nil:
-			if m.Error.Code != relay.CodeRequestLost || !c.lostReset {
+			if m.Error.Code != resume.CodeRequestLost || !c.lostReset {
 				k.v.addf("%s: error %q (backend_lost reset before it: %v)", c.name, ev.Data, c.lostReset)
 			}
 			c.outcome = "lost"
@@ -244,7 +238,7 @@ func (k *checker) reset(c *call, ev sse.Event) {
 		k.v.addf("%s: reset for stream %s gen %d on the call's stream %s gen %d", c.name, r.Stream, r.Generation, c.key, c.gen)
 	}
 	switch r.Reason {
-	case relay.ReasonBackendLost:
+	case resume.ReasonBackendLost:
 		// The seal the restored relay wrote to the log: it has an ID.
 		if ev.ID == "" || c.lostReset || c.done() {
 			k.v.addf("%s: unexpected backend_lost reset (id %q, already lost %v, outcome %q)", c.name, ev.ID, c.lostReset, c.outcome)
@@ -254,7 +248,7 @@ func (k *checker) reset(c *call, ev sse.Event) {
 			k.v.addf("%s: backend_lost reset does not list the call: %q", c.name, ev.Data)
 		}
 		c.lostReset = true
-	case relay.ReasonGenerationChanged:
+	case resume.ReasonGenerationChanged:
 		// Row 6's closing reset, sent by the relay (not from the log).
 		if ev.ID != "" {
 			k.v.addf("%s: generation_changed reset with an ID", c.name)

@@ -18,6 +18,7 @@ import (
 	"github.com/mcprelay/mcprelay/eventlog"
 	"github.com/mcprelay/mcprelay/exampleserver"
 	"github.com/mcprelay/mcprelay/relay"
+	"github.com/mcprelay/mcprelay/resume"
 	"github.com/mcprelay/mcprelay/sse"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -542,8 +543,8 @@ func (c *callState) consume(resp *http.Response, cursor string, limit int, what 
 				continue
 			}
 			if m.Error != nil {
-				if m.Error.Code != relay.CodeRequestLost {
-					rep.violate(ruleLost, "%s (%s): error response %s, want a result or code %d", c.name, what, ev.Data, relay.CodeRequestLost)
+				if m.Error.Code != resume.CodeRequestLost {
+					rep.violate(ruleLost, "%s (%s): error response %s, want a result or code %d", c.name, what, ev.Data, resume.CodeRequestLost)
 				}
 				if !c.done {
 					rep.count("calls lost with an error")

@@ -293,7 +293,7 @@ func (h *Handler) forwardRequest(w http.ResponseWriter, r *http.Request, s *sess
 	}
 	if err != nil {
 		cancel()
-		writeJSONErrors(w, http.StatusBadGateway, ids, CodeRequestLost, "mcprelay: backend unavailable: "+err.Error())
+		writeJSONErrors(w, http.StatusBadGateway, ids, resume.CodeRequestLost, "mcprelay: backend unavailable: "+err.Error())
 		return
 	}
 	if resp.StatusCode != http.StatusOK {
@@ -322,7 +322,7 @@ func (h *Handler) forwardRequest(w http.ResponseWriter, r *http.Request, s *sess
 	case s.incarnation != gen:
 		// Re-created while we sent: this request went to a dead backend.
 		s.mu.Unlock()
-		h.loseStream(st, ReasonBackendLost, "mcprelay: request lost: the backend session was re-created")
+		h.loseStream(st, resume.ReasonBackendLost, "mcprelay: request lost: the backend session was re-created")
 	default:
 		if s.inflight == nil {
 			s.inflight = make(map[*stream]struct{})
@@ -331,7 +331,7 @@ func (h *Handler) forwardRequest(w http.ResponseWriter, r *http.Request, s *sess
 		s.mu.Unlock()
 		go h.pumpRequest(pctx, st, resp, upstream)
 	}
-	h.serveStream(w, r, s, plan{key: st.key, gen: st.gen, then: resume.Live, priming: primes(s)})
+	h.serveStream(w, r, s, resume.Tail(st.key, st.gen, 0), primes(s))
 }
 
 // writeJSON writes a JSON body.

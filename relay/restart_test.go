@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mcprelay/mcprelay/relay"
+	"github.com/mcprelay/mcprelay/resume"
 	"github.com/mcprelay/mcprelay/sse"
 )
 
@@ -41,11 +42,11 @@ func TestBackendRestartMidStream(t *testing.T) {
 	if !ended {
 		t.Fatal("in-flight call hung after the backend restart")
 	}
-	if r := resets(t, rest); len(r) != 1 || r[0] != relay.ReasonBackendLost {
+	if r := resets(t, rest); len(r) != 1 || r[0] != resume.ReasonBackendLost {
 		t.Fatalf("resets %v, want [backend_lost]", r)
 	}
 	last := decode(t, dataEvents(rest)[len(dataEvents(rest))-1].Data)
-	if last.Error == nil || last.Error.Code != relay.CodeRequestLost || string(last.ID) != fmt.Sprint(id) {
+	if last.Error == nil || last.Error.Code != resume.CodeRequestLost || string(last.ID) != fmt.Sprint(id) {
 		t.Fatalf("want a request-lost error for id %d, got %s", id, dataEvents(rest)[len(dataEvents(rest))-1].Data)
 	}
 	note(rest)
@@ -69,7 +70,7 @@ func TestBackendRestartMidStream(t *testing.T) {
 		t.Fatal("old-generation resume did not end")
 	}
 	r := resets(t, old)
-	if len(r) == 0 || r[len(r)-1] != relay.ReasonGenerationChanged {
+	if len(r) == 0 || r[len(r)-1] != resume.ReasonGenerationChanged {
 		t.Fatalf("old-generation resume resets %v, want ... generation_changed", r)
 	}
 	if n := e.relay.Counts()["reincarnation"]; n != 1 {

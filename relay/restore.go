@@ -120,15 +120,15 @@ func (h *Handler) sealStored(ctx context.Context, s *session, gen uint64) {
 		}
 		st := &stream{key: key, skey: rec.Key, sess: s, gen: rec.Generation, standalone: rec.RequestID == nil, wake: make(chan struct{}, 1)}
 		if st.standalone {
-			h.appendEvents(st, true, eventlog.Event{Type: "reset",
-				Data: resetData{Reason: ReasonGenerationChanged, Stream: rec.Key, Generation: rec.Generation}.marshal()})
+			h.appendEvents(st, true, eventlog.Event{Type: resume.EventReset,
+				Data: resume.Reset{Reason: resume.ReasonGenerationChanged, Stream: rec.Key, Generation: rec.Generation}.Marshal()})
 			continue
 		}
 		st.pending = make(map[string]json.RawMessage)
 		for _, id := range requestIDs(rec.RequestID) {
 			st.pending[string(id)] = id
 		}
-		h.loseStream(st, ReasonBackendLost, "mcprelay: request lost: the relay restarted before its response")
+		h.loseStream(st, resume.ReasonBackendLost, "mcprelay: request lost: the relay restarted before its response")
 	}
 }
 

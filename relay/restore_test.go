@@ -11,6 +11,7 @@ import (
 	"github.com/mcprelay/mcprelay/backend"
 	"github.com/mcprelay/mcprelay/eventlog"
 	"github.com/mcprelay/mcprelay/relay"
+	"github.com/mcprelay/mcprelay/resume"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -69,7 +70,7 @@ func TestRelayRestartWithDurableStore(t *testing.T) {
 		t.Fatal("resume of the interrupted call hung")
 	}
 	rs := resets(t, got)
-	if len(rs) < 2 || rs[0] != relay.ReasonBackendLost || rs[len(rs)-1] != relay.ReasonGenerationChanged {
+	if len(rs) < 2 || rs[0] != resume.ReasonBackendLost || rs[len(rs)-1] != resume.ReasonGenerationChanged {
 		t.Fatalf("resets %v, want backend_lost ... generation_changed", rs)
 	}
 	var lost *rpc
@@ -81,7 +82,7 @@ func TestRelayRestartWithDurableStore(t *testing.T) {
 			}
 		}
 	}
-	if lost == nil || lost.Error.Code != relay.CodeRequestLost || string(lost.ID) != fmt.Sprint(id) {
+	if lost == nil || lost.Error.Code != resume.CodeRequestLost || string(lost.ID) != fmt.Sprint(id) {
 		t.Fatalf("no request-lost error for id %d in %+v", id, got)
 	}
 

@@ -243,7 +243,7 @@ func (h *Handler) retire(st *stream) {
 // reset event naming the lost requests, then a JSON-RPC error response per
 // pending request id (so standard clients fail the call), as one terminal
 // append.
-func (h *Handler) loseStream(st *stream, reason, msg string) {
+func (h *Handler) loseStream(st *stream, reason resume.Reason, msg string) {
 	st.mu.Lock()
 	if st.done {
 		st.mu.Unlock()
@@ -254,10 +254,10 @@ func (h *Handler) loseStream(st *stream, reason, msg string) {
 		ids = append(ids, id)
 	}
 	st.mu.Unlock()
-	evs := []eventlog.Event{{Type: "reset", Data: resetData{Reason: reason, Stream: st.skey, Generation: st.gen, Lost: ids}.marshal()}}
-	code := CodeRequestLost
-	if reason == "cancelled" {
-		code = CodeRequestCancelled
+	evs := []eventlog.Event{{Type: resume.EventReset, Data: resume.Reset{Reason: reason, Stream: st.skey, Generation: st.gen, Lost: ids}.Marshal()}}
+	code := resume.CodeRequestLost
+	if reason == resume.ReasonCancelled {
+		code = resume.CodeRequestCancelled
 		evs = evs[:0]
 	}
 	for _, id := range ids {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mcprelay/mcprelay/eventlog"
+	"github.com/mcprelay/mcprelay/resume"
 	"github.com/mcprelay/mcprelay/sse"
 )
 
@@ -203,11 +204,11 @@ func (h *Handler) reincarnate(s *session, gen uint64) error {
 	h.log.Warn("backend session re-created", logSession, s.id, "incarnation", newGen, "lost_streams", len(old))
 
 	for st := range old {
-		h.loseStream(st, ReasonBackendLost, "mcprelay: request lost: the backend session was lost and re-created")
+		h.loseStream(st, resume.ReasonBackendLost, "mcprelay: request lost: the backend session was lost and re-created")
 	}
 	if oldStandalone != nil {
-		h.appendEvents(oldStandalone, true, eventlog.Event{Type: "reset",
-			Data: resetData{Reason: ReasonGenerationChanged, Stream: oldStandalone.skey, Generation: oldStandalone.gen}.marshal()})
+		h.appendEvents(oldStandalone, true, eventlog.Event{Type: resume.EventReset,
+			Data: resume.Reset{Reason: resume.ReasonGenerationChanged, Stream: oldStandalone.skey, Generation: oldStandalone.gen}.Marshal()})
 	}
 	return nil
 }
@@ -266,7 +267,7 @@ func (h *Handler) pumpRequest(ctx context.Context, st *stream, resp *http.Respon
 			return
 		}
 		if cancelled {
-			h.loseStream(st, "cancelled", "request cancelled")
+			h.loseStream(st, resume.ReasonCancelled, "request cancelled")
 			return
 		}
 		if cursor == "" || attempt >= 5 {
@@ -276,7 +277,7 @@ func (h *Handler) pumpRequest(ctx context.Context, st *stream, resp *http.Respon
 				err = errors.New("stream ended without the response")
 			}
 			h.log.Warn("backend request stream broke", logSession, s.id, logStream, st.skey, "err", err)
-			h.loseStream(st, ReasonBackendLost, "mcprelay: request lost: the backend's stream ended before its response")
+			h.loseStream(st, resume.ReasonBackendLost, "mcprelay: request lost: the backend's stream ended before its response")
 			if attempt == 0 {
 				go h.checkUpstream(s, st.gen)
 			}
@@ -307,7 +308,7 @@ func (h *Handler) pumpRequest(ctx context.Context, st *stream, resp *http.Respon
 		if r.StatusCode == http.StatusNotFound {
 			r.Body.Close()
 			h.reincarnate(s, st.gen) // seals st
-			h.loseStream(st, ReasonBackendLost, "mcprelay: request lost: the backend session was lost")
+			h.loseStream(st, resume.ReasonBackendLost, "mcprelay: request lost: the backend session was lost")
 			return
 		}
 		if r.StatusCode != http.StatusOK {
