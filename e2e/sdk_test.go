@@ -295,7 +295,7 @@ var exampleTools = []struct {
 // revision (2026-07-28, stateless pass-through).
 func TestSDKClientEveryTool(t *testing.T) {
 	_, url := startRelay(t, relay.Options{
-		Upstream: backend.SDK(exampleserver.New(nil), &mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)}),
+		Backend: backend.SDK(exampleserver.New(nil), &mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)}),
 	})
 	for _, version := range []string{"2025-11-25", ""} {
 		name := version
@@ -584,7 +584,7 @@ func TestSDKClientResumesCutStream(t *testing.T) {
 			srv := exampleserver.New(nil)
 			addRequestStreamTool(srv)
 			_, url := startRelay(t, relay.Options{
-				Upstream: backend.SDK(srv, &mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)}),
+				Backend: backend.SDK(srv, &mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)}),
 			})
 			cut := &cutter{base: http.DefaultTransport, offsets: tt.offsets()}
 			c := connectSDK(t, url, tt.protocol, &http.Client{Transport: cut})

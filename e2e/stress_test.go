@@ -148,7 +148,7 @@ func runStress(v stressVariant, seed uint64) *stressReport {
 	defer be.stop()
 	up := backend.Handler(be)
 	up.StatelessURL = up.URL + "/stateless"
-	h, err := relay.New(relay.Options{Upstream: up, Secret: testSecret, Store: eventlog.NewMemory(v.retention)})
+	h, err := relay.New(relay.Options{Backend: up, Secret: testSecret, Store: eventlog.NewMemory(v.retention)})
 	if err != nil {
 		r.violate(ruleSetup, "relay.New: %v", err)
 		return r

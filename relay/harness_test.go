@@ -150,9 +150,10 @@ func newEnv(t *testing.T, opts relay.Options) *env {
 		// its streams mid-call (polling) and be resumed by the relay.
 		return backend.SDKHandler(testServer(nil), &mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)})
 	})
-	if opts.Upstream == nil {
-		opts.Upstream = backend.Handler(e.backend)
-		opts.Upstream.StatelessURL = opts.Upstream.URL + "/stateless"
+	if opts.Backend == nil {
+		up := backend.Handler(e.backend)
+		up.StatelessURL = up.URL + "/stateless"
+		opts.Backend = up
 	}
 	h, err := relay.New(opts)
 	if err != nil {

@@ -121,7 +121,7 @@ func TestBackendResumeRetried(t *testing.T) {
 	t.Cleanup(func() { be.cancel() })
 	ff := &failFirstResume{h: be}
 	up := backend.Handler(ff)
-	e := newEnv(t, relay.Options{Upstream: up})
+	e := newEnv(t, relay.Options{Backend: up})
 	s := e.initialize("2025-11-25", "")
 	resp := s.post(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"poll","arguments":{}}}`)
 	evs, ended := events(t, resp, 0, 10*time.Second)

@@ -2,16 +2,17 @@
 // serves the MCP Streamable HTTP transport in front of any MCP server, with
 // sessions and stream cursors scoped to their session and generation, and a
 // resume decision that always answers replay, explicit reset, or clear
-// rejection (see docs/design.md and DESIGN.md §3).
+// rejection (the contract is in docs/design.md).
 //
-//	h, err := relay.New(relay.Options{Upstream: backend.SDK(server, nil)})
+//	h, err := relay.New(relay.Options{Backend: backend.SDK(server, nil)})
 //	if err != nil { ... }
 //	defer h.Close()
 //	http.Handle("/mcp", h)
 //
 // The relay owns everything the client sees: session IDs, streams, event
 // IDs, the event log, the resume decision, polling (retry), Origin checks
-// and limits. The backend only moves JSON-RPC messages.
+// and limits. The backend connector (package backend) only moves JSON-RPC
+// messages and says which call each belongs to.
 package relay
 
 import (
@@ -39,10 +40,12 @@ import (
 )
 
 // Options configures a [Handler]. The zero value of every field but
-// Upstream works.
+// Backend works.
 type Options struct {
-	// Upstream is the MCP server behind the relay. Required.
-	Upstream *backend.Upstream
+	// Backend connects to the MCP server behind the relay: an HTTP server
+	// (backend.Remote), an official-Go-SDK server in process (backend.SDK),
+	// a stdio program. Required.
+	Backend backend.Connector
 
 	// Store holds sessions and the event log. Nil means an in-memory store
 	// with default retention (eventlog.NewMemory).
@@ -87,7 +90,7 @@ type Options struct {
 // concurrent use. Close releases its goroutines.
 type Handler struct {
 	opts   Options
-	up     *backend.Upstream
+	conn   backend.Connector
 	store  eventlog.Store
 	codec  *resume.Codec
 	log    *slog.Logger
@@ -136,8 +139,8 @@ const (
 
 // New returns a relay handler.
 func New(opts Options) (*Handler, error) {
-	if opts.Upstream == nil || opts.Upstream.URL == "" {
-		return nil, errors.New("relay: Options.Upstream with a URL is required")
+	if opts.Backend == nil {
+		return nil, errors.New("relay: Options.Backend is required")
 	}
 	secret := opts.Secret
 	if secret == nil {
@@ -165,7 +168,7 @@ func New(opts Options) (*Handler, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Handler{
 		opts:        opts,
-		up:          opts.Upstream,
+		conn:        opts.Backend,
 		store:       store,
 		codec:       codec,
 		log:         log,
@@ -190,8 +193,9 @@ func (h *Handler) Shutdown(ctx context.Context) error {
 	return nil
 }
 
-// Close ends streams (as Shutdown does), stops the relay's background work
-// and upstream streams. It does not close the Store.
+// Close ends streams (as Shutdown does) and stops the relay's background
+// work and backend calls. It does not close the Store or the backend
+// connector.
 func (h *Handler) Close() error {
 	h.Shutdown(context.Background())
 	h.cancel()

@@ -29,7 +29,7 @@ func TestRelayRestartWithDurableStore(t *testing.T) {
 	start := func() *relay.Handler {
 		up := backend.Handler(be)
 		up.StatelessURL = up.URL + "/stateless"
-		h, err := relay.New(relay.Options{Upstream: up, Store: store, Secret: testSecret})
+		h, err := relay.New(relay.Options{Backend: up, Store: store, Secret: testSecret})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,7 +128,7 @@ func TestRestoreWhileBackendDown(t *testing.T) {
 	store := eventlog.NewMemory(eventlog.Retention{})
 	be := &downable{h: backend.SDKHandler(testServer(nil), nil)}
 	start := func() *relay.Handler {
-		h, err := relay.New(relay.Options{Upstream: backend.Handler(be), Store: store, Secret: testSecret})
+		h, err := relay.New(relay.Options{Backend: backend.Handler(be), Store: store, Secret: testSecret})
 		if err != nil {
 			t.Fatal(err)
 		}

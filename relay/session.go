@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mcprelay/mcprelay/backend"
 	"github.com/mcprelay/mcprelay/eventlog"
 	"github.com/mcprelay/mcprelay/resume"
 )
@@ -19,18 +20,18 @@ type session struct {
 	id        string
 	principal string
 	version   string // negotiated protocol version
-	authz     string // Authorization forwarded upstream
+	authz     string // Authorization forwarded to the backend
 
 	reinitMu sync.Mutex // serializes re-creation of the backend side
 
 	mu          sync.Mutex
 	incarnation uint64
-	upstream    string               // the backend's Mcp-Session-Id for this incarnation
+	backend     backend.Session      // this incarnation's backend session
 	standalone  *stream              // current standalone (GET) stream
 	inflight    map[*stream]struct{} // request streams awaiting their response
 	closed      bool
-	genCancel   context.CancelFunc // ends the upstream GET pump of this incarnation
-	replay      []json.RawMessage  // state-setting requests, replayed to each new incarnation
+	replay      []json.RawMessage // state-setting requests, replayed to each new incarnation
+	recreated   []time.Time       // when the backend side was re-created, within recreationWindow
 
 	lastSeen atomic.Int64 // unix nanos of the last request
 	open     atomic.Int32 // client streams being served
@@ -38,11 +39,11 @@ type session struct {
 
 func (s *session) touch() { s.lastSeen.Store(time.Now().UnixNano()) }
 
-// snapshot returns the incarnation and the upstream session handle.
-func (s *session) current() (gen uint64, upstream string) {
+// current returns the incarnation and its backend session.
+func (s *session) current() (gen uint64, bs backend.Session) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.incarnation, s.upstream
+	return s.incarnation, s.backend
 }
 
 // stream is the in-memory state of a non-terminal stream: whom to wake
@@ -280,7 +281,7 @@ func (h *Handler) endSession(s *session, why string) {
 		return
 	}
 	s.closed = true
-	upstream := s.upstream
+	bs := s.backend
 	var sts []*stream
 	if s.standalone != nil {
 		sts = append(sts, s.standalone)
@@ -288,11 +289,7 @@ func (h *Handler) endSession(s *session, why string) {
 	for st := range s.inflight {
 		sts = append(sts, st)
 	}
-	genCancel := s.genCancel
 	s.mu.Unlock()
-	if genCancel != nil {
-		genCancel()
-	}
 	for _, st := range sts {
 		if st.cancel != nil {
 			st.cancel() // ends the stream's backend request and its pump
@@ -316,8 +313,8 @@ func (h *Handler) endSession(s *session, why string) {
 	if err := h.store.DeleteSession(context.WithoutCancel(h.ctx), s.id); err != nil && !errors.Is(err, eventlog.ErrNotFound) {
 		h.log.Error("deleting session from the store", logSession, s.id, "err", err)
 	}
-	if upstream != "" {
-		go h.deleteUpstream(upstream, s.version, s.authz)
+	if bs != nil {
+		go bs.Close()
 	}
 	h.log.Info("session ended", logSession, s.id, logReason, why)
 }
@@ -354,10 +351,3 @@ func (h *Handler) janitor() {
 	}
 }
 
-// genContext returns the context of one incarnation's backend GET pump. It
-// derives from the handler's context, not the session's, so that an idle
-// session does not carry a context tree of its own; endSession and
-// reincarnate cancel it.
-func (h *Handler) genContext() (context.Context, context.CancelFunc) {
-	return context.WithCancel(h.ctx)
-}

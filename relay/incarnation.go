@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/mcprelay/mcprelay/backend"
 	"github.com/mcprelay/mcprelay/eventlog"
 	"github.com/mcprelay/mcprelay/resume"
 )
@@ -79,20 +80,20 @@ func (h *Handler) restore(r *http.Request, id string) (*session, error) {
 	ictx, icancel := context.WithTimeout(h.ctx, 30*time.Second)
 	defer icancel()
 	previous := rec.Upstream
-	gen, upstream, st, err := h.nextIncarnation(ictx, s, rec)
+	gen, bs, st, err := h.nextIncarnation(ictx, s, rec)
 	if err != nil {
 		h.log.Error("restoring a session: re-creating its backend", logSession, id, "err", err)
-		return nil, fmt.Errorf("%w: re-creating its backend: %v", errUnavailable, err)
+		return nil, fmt.Errorf("%w: re-creating its backend: %w", errUnavailable, err)
 	}
 	if previous != "" {
-		go h.deleteUpstream(previous, s.version, s.authz) // the previous incarnation's, if it still exists
+		// The previous incarnation's backend session, if it still exists.
+		go h.conn.Discard(context.WithoutCancel(ictx), previous)
 	}
 	h.sealStored(ictx, s, gen)
 	s.mu.Lock()
 	s.incarnation = gen
-	s.upstream = upstream
+	s.backend = bs
 	s.standalone = st
-	h.startPumpLocked(s, gen, upstream)
 	s.mu.Unlock()
 	h.mu.Lock()
 	h.sessions[id] = s
@@ -205,7 +206,7 @@ func (h *Handler) recordState(ctx context.Context, s *session, m message, raw []
 
 // replayState sends the recorded state-setting requests to a new backend
 // session, each under a relay-owned id, and waits for their answers.
-func (h *Handler) replayState(ctx context.Context, s *session, upstream string) error {
+func (h *Handler) replayState(ctx context.Context, s *session, bs backend.Session) error {
 	s.mu.Lock()
 	reqs := s.replay
 	s.mu.Unlock()
@@ -217,17 +218,176 @@ func (h *Handler) replayState(ctx context.Context, s *session, upstream string) 
 		id := json.RawMessage(`"mcprelay-replay-` + strconv.Itoa(i) + `"`)
 		m["id"] = id
 		body, _ := json.Marshal(m)
-		resp, err := h.upstreamRequest(ctx, http.MethodPost, upstream, s.version, s.authz, body, "")
+		rep, err := bs.Call(ctx, body, []json.RawMessage{id})
 		if err != nil {
 			return err
 		}
-		_, err = firstResponse(resp, id)
-		resp.Body.Close()
-		if err != nil {
+		if err := awaitResponse(rep, id); err != nil {
 			h.log.Warn("replaying a state-setting request", logSession, s.id, "err", err)
 		}
 	}
 	return nil
 }
 
+// awaitResponse reads rep until the response with id, and closes it.
+func awaitResponse(rep backend.Reply, id json.RawMessage) error {
+	defer rep.Close()
+	for {
+		data, err := rep.Next()
+		var poll *backend.Poll
+		switch {
+		case errors.As(err, &poll):
+			continue
+		case err != nil:
+			return err
+		}
+		for _, rid := range responseIDs(data, nil) {
+			if string(rid) == string(id) {
+				return nil
+			}
+		}
+	}
+}
+
 func parseStreamKey(s string) (resume.StreamKey, error) { return resume.ParseStreamKey(s) }
+
+// initializedNote is the notification that puts a backend session in
+// operation.
+var initializedNote = []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+
+// initRequestID is the relay's own id for the initialize it sends when it
+// re-creates a backend session.
+const initRequestID = `"mcprelay-init"`
+
+// openBackend opens a backend session for incarnation gen of s with
+// initReq, the client's initialize request (or the relay's replay of it).
+// What the backend sends outside any call is logged to s's standalone
+// stream while gen is current; the loss of the session re-creates it.
+func (h *Handler) openBackend(ctx context.Context, s *session, gen uint64, initReq []byte) (backend.Session, []byte, error) {
+	var hdr http.Header
+	if s.authz != "" {
+		hdr = http.Header{"Authorization": {s.authz}}
+	}
+	return h.conn.Open(ctx, backend.Init{
+		Request:   initReq,
+		Header:    hdr,
+		Unrelated: func(msg []byte) { h.routeUnrelated(s, gen, msg) },
+		Lost: func(err error) {
+			h.log.Warn("backend session lost", logSession, s.id, "incarnation", gen, "err", err)
+			go h.reincarnate(s, gen)
+		},
+		Logger: h.log.With(logSession, s.id),
+	})
+}
+
+// maxRecreations bounds how often one session's backend side is re-created
+// in recreationWindow: a backend that loses every session at once must not
+// make the relay re-create it in a loop.
+const (
+	maxRecreations   = 5
+	recreationWindow = time.Minute
+)
+
+// errRecreationLoop: the session's backend was lost too often of late.
+var errRecreationLoop = errors.New("relay: the backend keeps losing this session; not re-creating it now")
+
+// reincarnate re-creates the backend side of s after its backend session was
+// lost, as incarnation gen+1: the client keeps its session. Streams of the
+// old incarnation are sealed: request streams get the reset signal and an
+// error per lost request; the standalone stream gets a generation_changed
+// reset and the session gets a new one. It does nothing if another caller
+// already moved s past gen.
+func (h *Handler) reincarnate(s *session, gen uint64) error {
+	s.reinitMu.Lock()
+	defer s.reinitMu.Unlock()
+	s.mu.Lock()
+	if s.incarnation != gen || s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	now := time.Now()
+	recent := s.recreated[:0]
+	for _, t := range s.recreated {
+		if now.Sub(t) < recreationWindow {
+			recent = append(recent, t)
+		}
+	}
+	s.recreated = recent
+	s.mu.Unlock()
+	if len(recent) >= maxRecreations {
+		h.log.Error("not re-creating the backend session", logSession, s.id, "recent", len(recent), "err", errRecreationLoop)
+		return errRecreationLoop
+	}
+	ctx, cancel := context.WithTimeout(h.ctx, 30*time.Second)
+	defer cancel()
+	// The recorded initialize params live in the store only, not in every
+	// idle session's memory.
+	rec, err := h.store.Session(ctx, s.id)
+	if err != nil {
+		return err
+	}
+	newGen, bs, standalone, err := h.nextIncarnation(ctx, s, rec)
+	if err != nil {
+		h.log.Error("re-creating the backend session", logSession, s.id, "err", err)
+		return err
+	}
+	s.mu.Lock()
+	old := s.inflight
+	oldStandalone := s.standalone
+	oldBackend := s.backend
+	s.inflight = nil
+	s.incarnation = newGen
+	s.backend = bs
+	s.standalone = standalone
+	s.recreated = append(s.recreated, now)
+	s.mu.Unlock()
+	if oldBackend != nil {
+		go oldBackend.Close() // abandoned: end it on the backend too
+	}
+	h.counts.add("reincarnation")
+	h.log.Warn("backend session re-created", logSession, s.id, "incarnation", newGen, "lost_streams", len(old))
+
+	for st := range old {
+		h.loseStream(st, resume.ReasonBackendLost, "mcprelay: request lost: the backend session was lost and re-created")
+	}
+	if oldStandalone != nil {
+		h.appendEvents(oldStandalone, true, eventlog.Event{Type: resume.EventReset,
+			Data: resume.Reset{Reason: resume.ReasonGenerationChanged, Stream: oldStandalone.skey, Generation: oldStandalone.gen}.Marshal()})
+	}
+	return nil
+}
+
+// nextIncarnation creates a backend session for s from its recorded
+// initialize and state-setting requests, records it in the store as
+// incarnation rec.Incarnation+1, and creates that incarnation's
+// standalone stream. The caller installs them in s.
+func (h *Handler) nextIncarnation(ctx context.Context, s *session, rec *eventlog.Session) (gen uint64, bs backend.Session, standalone *stream, err error) {
+	gen = rec.Incarnation + 1
+	req := []byte(`{"jsonrpc":"2.0","id":` + initRequestID + `,"method":"initialize","params":` + string(rec.InitializeParams) + `}`)
+	bs, res, err := h.openBackend(ctx, s, gen, req)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	if bs == nil {
+		return 0, nil, nil, fmt.Errorf("relay: the backend refused initialize: %.200s", res)
+	}
+	fail := func(e error) (uint64, backend.Session, *stream, error) {
+		bs.Close()
+		return 0, nil, nil, e
+	}
+	if err := bs.Notify(ctx, initializedNote); err != nil {
+		return fail(err)
+	}
+	if err := h.replayState(ctx, s, bs); err != nil {
+		return fail(err)
+	}
+	rec.Incarnation, rec.Upstream = gen, bs.Handle()
+	if err := h.store.UpdateSession(ctx, rec); err != nil {
+		return fail(fmt.Errorf("recording incarnation %d: %w", gen, err))
+	}
+	standalone, err = h.newStream(ctx, s, gen, true, nil)
+	if err != nil {
+		return fail(err)
+	}
+	return gen, bs, standalone, nil
+}
