@@ -382,4 +382,3 @@ func writeJSONErrors(w http.ResponseWriter, status int, ids []json.RawMessage, c
 	}
 	writeJSON(w, status, append(b, ']'))
 }
-

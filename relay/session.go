@@ -350,4 +350,3 @@ func (h *Handler) janitor() {
 		}
 	}
 }
-

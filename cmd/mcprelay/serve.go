@@ -79,7 +79,7 @@ func serve(args []string) error {
 	}
 	defer store.Close()
 	h, err := relay.New(relay.Options{
-		Backend:           up,
+		Backend:            up,
 		Store:              store,
 		Secret:             secret,
 		PollInterval:       *poll,
