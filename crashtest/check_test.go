@@ -42,7 +42,7 @@ func (v *violations) report(t *testing.T) {
 
 // idBook remembers every event ID delivered to any client, across every
 // restart: an ID seen twice was either redelivered as new (same event) or
-// reused for another event (DESIGN.md §7.4); both are violations, since
+// reused for another event (never-event 4 of docs/design.md); both are violations, since
 // every client resumes after the last ID it received.
 type idBook struct {
 	mu   sync.Mutex

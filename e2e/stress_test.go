@@ -52,15 +52,15 @@ var stressVariants = []stressVariant{
 	{name: "tiny retention", retention: eventlog.Retention{MaxEvents: 6}, sessions: 16, calls: 3, count: 30, intervalMS: 8, restartAfter: 200 * time.Millisecond, maxPause: 120 * time.Millisecond},
 }
 
-// Rules of DESIGN.md §7, as keys of stressReport.violations (0: the run
+// The never-events of docs/design.md, as keys of stressReport.violations (0: the run
 // itself could not be set up).
 const (
 	ruleSetup        = 0
-	ruleCrossSession = 1 // §7.1
-	ruleSilentGap    = 2 // §7.2
-	ruleHang         = 3 // §7.3
-	ruleIDRepeat     = 4 // §7.4
-	ruleLost         = 5 // §7.5
+	ruleCrossSession = 1 // never-event 1
+	ruleSilentGap    = 2 // never-event 2
+	ruleHang         = 3 // never-event 3
+	ruleIDRepeat     = 4 // never-event 4
+	ruleLost         = 5 // never-event 5
 )
 
 // stressReport is what a stress run observed.
@@ -108,10 +108,10 @@ func (r *stressReport) check(t *testing.T, rule int) {
 		t.Errorf("setup: %s", v)
 	}
 	for _, v := range r.violations[rule] {
-		t.Errorf("§7.%d: %s", rule, v)
+		t.Errorf("never-event %d: %s", rule, v)
 	}
 	if n := r.stats[fmt.Sprintf("violations/%d/dropped", rule)]; n > 0 {
-		t.Errorf("§7.%d: %d more violations", rule, n)
+		t.Errorf("never-event %d: %d more violations", rule, n)
 	}
 }
 
@@ -121,7 +121,7 @@ var (
 )
 
 // stress runs v once per test binary run and returns what it observed;
-// each §7 test checks its own rule against the same runs.
+// each never-event test checks its own rule against the same runs.
 func stress(t *testing.T, v stressVariant) *stressReport {
 	t.Helper()
 	stressMu.Lock()

@@ -154,7 +154,7 @@ func requestIDs(raw json.RawMessage) []json.RawMessage {
 
 // State-setting requests are recorded and replayed to every new backend
 // incarnation, so that the client keeps the log level and subscriptions it
-// set (DESIGN.md §6).
+// set (docs/design.md, backend re-creation).
 const (
 	methodSetLevel    = "logging/setLevel"
 	methodSubscribe   = "resources/subscribe"

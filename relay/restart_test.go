@@ -12,7 +12,7 @@ import (
 
 // TestBackendRestartMidStream restarts the in-process backend while a call
 // streams: the in-flight request gets the reset signal and a JSON-RPC error
-// with its id (never a hang, DESIGN.md §7.5); the session goes on under a
+// with its id (never a hang: never-event 5 of docs/design.md); the session goes on under a
 // new generation; an old-generation cursor replays to the seal, then
 // resets; no event ID ever repeats (§7.4).
 func TestBackendRestartMidStream(t *testing.T) {

@@ -64,7 +64,7 @@ func resets(t *testing.T, evs []sse.Event) []resume.Reason {
 	return out
 }
 
-// TestResumeTable exercises every row of DESIGN.md §3 over HTTP.
+// TestResumeTable exercises every row of the decision table (docs/design.md) over HTTP.
 func TestResumeTable(t *testing.T) {
 	e := newEnv(t, relay.Options{Secret: testSecret})
 	c := codec(t)
@@ -244,7 +244,7 @@ func TestEvictionGivesGapReset(t *testing.T) {
 
 // TestCrossSessionCursorsAre409 runs two tenants' sessions at once and has
 // each present the other's cursors: every attempt is a 409 and carries
-// nothing of the other's stream (DESIGN.md §7.1).
+// nothing of the other's stream (never-event 1 of docs/design.md).
 func TestCrossSessionCursorsAre409(t *testing.T) {
 	e := newEnv(t, relay.Options{})
 	a := e.initialize("2025-11-25", "Bearer tenant-a")
