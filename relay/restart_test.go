@@ -14,7 +14,7 @@ import (
 // streams: the in-flight request gets the reset signal and a JSON-RPC error
 // with its id (never a hang: never-event 5 of docs/design.md); the session goes on under a
 // new generation; an old-generation cursor replays to the seal, then
-// resets; no event ID ever repeats (§7.4).
+// resets; no event ID ever repeats (never-event 4).
 func TestBackendRestartMidStream(t *testing.T) {
 	e := newEnv(t, relay.Options{Secret: testSecret})
 	c := codec(t)
