@@ -12,6 +12,9 @@ var (
 	ErrNotFound = errors.New("eventlog: not found")
 	ErrExists   = errors.New("eventlog: already exists")
 	ErrTerminal = errors.New("eventlog: stream is terminal")
+	// ErrFenced: a store shared by replicas refused a write for a session
+	// whose lease the writer no longer holds (another replica owns it).
+	ErrFenced = errors.New("eventlog: fenced: the session is owned by another writer")
 )
 
 // Errors for invalid arguments and use after Close. They report programming

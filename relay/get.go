@@ -118,6 +118,10 @@ func (h *Handler) serveDELETE(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusNotFound, "Not Found: unknown or expired session")
 		return
 	}
+	if s.owner != "" {
+		h.forward(w, r, s.owner, nil)
+		return
+	}
 	h.endSession(s, "deleted by the client")
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -34,7 +34,7 @@ func (h *Handler) restore(r *http.Request, id string) (*session, error) {
 		h.log.Error("reading a session from the store", logSession, id, "err", err)
 		return nil, fmt.Errorf("%w: event log: %v", errUnavailable, err)
 	}
-	if rec.Principal != principal(r) {
+	if rec.Principal != h.principal(r) {
 		return nil, nil
 	}
 	// One restore per session at a time; the loser uses the winner's.
@@ -79,9 +79,32 @@ func (h *Handler) restore(r *http.Request, id string) (*session, error) {
 	s.touch()
 	ictx, icancel := context.WithTimeout(h.ctx, 30*time.Second)
 	defer icancel()
+	if h.cluster != nil {
+		err := h.takeLease(ictx, s)
+		var held *LeaseHeldError
+		if errors.As(err, &held) {
+			return h.remoteView(ctx, rec, held.Holder.Owner)
+		}
+		if err != nil {
+			h.log.Error("restoring a session: taking its lease", logSession, id, "err", err)
+			return nil, fmt.Errorf("%w: lease: %w", errUnavailable, err)
+		}
+		// The record may have moved on while another replica owned it.
+		if rec, err = h.store.Session(ictx, id); err != nil {
+			h.cluster.Release(context.WithoutCancel(ictx), id, s.lease)
+			if errors.Is(err, eventlog.ErrNotFound) {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("%w: event log: %w", errUnavailable, err)
+		}
+		s.replay = rec.Replay
+	}
 	previous := rec.Upstream
 	gen, bs, st, err := h.nextIncarnation(ictx, s, rec)
 	if err != nil {
+		if h.cluster != nil {
+			h.cluster.Release(context.WithoutCancel(ictx), id, s.lease)
+		}
 		h.log.Error("restoring a session: re-creating its backend", logSession, id, "err", err)
 		return nil, fmt.Errorf("%w: re-creating its backend: %w", errUnavailable, err)
 	}

@@ -53,6 +53,10 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusNotFound, "Not Found: unknown or expired session; initialize a new one")
 		return
 	}
+	if s.owner != "" {
+		h.forward(w, r, s.owner, body)
+		return
+	}
 	if !h.checkVersion(w, r, s) {
 		return
 	}
@@ -145,7 +149,7 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, body []byte
 	}
 	s := &session{
 		id:          newSessionID(),
-		principal:   principal(r),
+		principal:   h.principal(r),
 		authz:       r.Header.Get("Authorization"),
 		incarnation: 1,
 	}
@@ -199,6 +203,12 @@ func (h *Handler) createSession(r *http.Request, s *session, params json.RawMess
 	}
 	if err := h.store.CreateSession(r.Context(), rec); err != nil {
 		return err
+	}
+	if h.cluster != nil {
+		if err := h.takeLease(r.Context(), s); err != nil {
+			h.store.DeleteSession(context.WithoutCancel(r.Context()), s.id)
+			return err
+		}
 	}
 	st, err := h.newStream(r.Context(), s, 1, true, nil)
 	if err != nil {

@@ -16,6 +16,7 @@
 package relay
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -84,6 +85,20 @@ type Options struct {
 
 	// Logger receives the relay's logs. Nil discards them.
 	Logger *slog.Logger
+
+	// Cluster, when set, makes this relay one replica of several that
+	// share Store (which must then be shared, for example Redis) and
+	// Secret: any replica answers any request for any session. The
+	// replica that owns a session's backend side holds its lease; POSTs
+	// and DELETEs reaching another replica are forwarded to the owner,
+	// GETs are served by whichever replica receives them, from the log.
+	// Nil: one process owns every session.
+	Cluster Cluster
+
+	// LeaseTTL is how long a session's lease lasts without renewal: the
+	// longest a session waits for a new owner after its owner dies. Zero
+	// means 2s. Used with Cluster.
+	LeaseTTL time.Duration
 }
 
 // Handler is the relay's http.Handler. Create it with [New]; it is safe for
@@ -91,6 +106,13 @@ type Options struct {
 type Handler struct {
 	opts   Options
 	conn   backend.Connector
+	// With a Cluster: the lease TTL, the key of forwarded-request MACs,
+	// the client that forwards, and the lease keeper's end.
+	cluster    Cluster
+	leaseTTL   time.Duration
+	fwdKey     []byte
+	peers      *http.Client
+	keeperDone chan struct{}
 	store  eventlog.Store
 	codec  *resume.Codec
 	log    *slog.Logger
@@ -180,6 +202,23 @@ func New(opts Options) (*Handler, error) {
 		shutdown:    make(chan struct{}),
 		janitorDone: make(chan struct{}),
 	}
+	if opts.Cluster != nil {
+		h.cluster = opts.Cluster
+		h.leaseTTL = opts.LeaseTTL
+		if h.leaseTTL <= 0 {
+			h.leaseTTL = defaultLeaseTTL
+		}
+		if h.leaseTTL <= 2*leaseMargin {
+			return nil, fmt.Errorf("relay: LeaseTTL %v is too short (at least %v)", h.leaseTTL, 2*leaseMargin)
+		}
+		if opts.Secret == nil {
+			return nil, errors.New("relay: a Cluster needs the Secret all replicas share")
+		}
+		h.fwdKey = forwardKey(secret)
+		h.peers = &http.Client{}
+		h.keeperDone = make(chan struct{})
+		go h.leaseKeeper()
+	}
 	go h.janitor()
 	return h, nil
 }
@@ -188,8 +227,16 @@ func New(opts Options) (*Handler, error) {
 // closed, so that its client resumes (here after a restart, or on another
 // replica). It returns when it has signalled them; pair it with
 // http.Server.Shutdown, which waits for the handlers to return.
+//
+// With a Cluster it then drains: calls in flight get until ctx is done to
+// finish, and every session lease this replica holds is released so that
+// the next request for the session re-homes it on another replica at once.
 func (h *Handler) Shutdown(ctx context.Context) error {
-	h.shutdownOnce.Do(func() { close(h.shutdown) })
+	first := false
+	h.shutdownOnce.Do(func() { close(h.shutdown); first = true })
+	if first && h.cluster != nil {
+		h.releaseAll(ctx)
+	}
 	return nil
 }
 
@@ -197,15 +244,34 @@ func (h *Handler) Shutdown(ctx context.Context) error {
 // work and backend calls. It does not close the Store or the backend
 // connector.
 func (h *Handler) Close() error {
-	h.Shutdown(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // no draining
+	h.Shutdown(ctx)
 	h.cancel()
 	<-h.janitorDone
+	if h.keeperDone != nil {
+		<-h.keeperDone
+	}
 	return nil
 }
 
 // ServeHTTP serves the MCP endpoint: POST, GET and DELETE.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if status, msg := h.checkOrigin(r); status != 0 {
+	if r.Header.Get(headerForwarded) != "" {
+		// From another replica (its client's Origin and Host were checked
+		// there), or from a client posing as one.
+		body, ok := h.readBody(w, r)
+		if !ok {
+			return
+		}
+		if _, err := h.checkForwarded(r, body); err != nil {
+			h.log.Warn("refused a request posing as a replica", "remote", r.RemoteAddr, "err", err)
+			httpError(w, http.StatusForbidden, "Forbidden: "+err.Error())
+			return
+		}
+		r = withForwarded(r)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	} else if status, msg := h.checkOrigin(r); status != 0 {
 		http.Error(w, msg, status)
 		return
 	}
@@ -284,6 +350,9 @@ func isLoopbackAddr(addr string) bool {
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
+
+// principal returns the identity a session is bound to.
+func (h *Handler) principal(r *http.Request) string { return principal(r) }
 
 // principal returns the identity a session is bound to: a hash of the
 // Authorization header ("" when there is none).

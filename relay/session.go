@@ -35,6 +35,13 @@ type session struct {
 
 	lastSeen atomic.Int64 // unix nanos of the last request
 	open     atomic.Int32 // client streams being served
+
+	// With a Cluster: the lease this replica holds, and until when (unix
+	// nanos) it may act on it. owner is set instead on a read-only view
+	// of a session another replica owns (remoteView).
+	lease      Lease
+	leaseUntil atomic.Int64
+	owner      string
 }
 
 func (s *session) touch() { s.lastSeen.Store(time.Now().UnixNano()) }
@@ -119,18 +126,31 @@ func (st *stream) detach(a *attachment) {
 // The error is errUnavailable when the store holds the session but it
 // cannot be restored right now (the store failed, or the backend could not
 // be re-created): the client should retry (503), not re-initialize (404).
+//
+// With a Cluster, a session another replica owns comes back as a read-only
+// view with owner set: the caller forwards to the owner or serves from the
+// log. A session whose lease this replica could not renew in time is
+// dropped here first: a paused replica that wakes up never answers for a
+// session it may have lost.
 func (h *Handler) lookup(r *http.Request, id string) (*session, error) {
 	h.mu.Lock()
 	s := h.sessions[id]
 	h.mu.Unlock()
+	if s != nil && h.cluster != nil && !s.leaseValid() {
+		h.dropLocal(s, "lease not renewed in time")
+		s = nil
+	}
 	if s == nil {
 		var err error
 		if s, err = h.restore(r, id); err != nil {
 			return nil, err
 		}
 	}
-	if s == nil || s.principal != principal(r) {
+	if s == nil || s.principal != h.principal(r) {
 		return nil, nil
+	}
+	if s.owner != "" {
+		return s, nil
 	}
 	s.mu.Lock()
 	closed := s.closed
@@ -207,6 +227,12 @@ func (h *Handler) appendEvents(st *stream, terminal bool, evs ...eventlog.Event)
 		return false
 	}
 	if _, err := h.store.Append(h.ctx, st.skey, terminal, evs...); err != nil {
+		if errors.Is(err, eventlog.ErrFenced) {
+			// Another replica took the session over: this one must not
+			// write, deliver or answer for it any more.
+			go h.dropLocal(st.sess, "fenced: another replica owns the session")
+			return false
+		}
 		// A session ended meanwhile (its log is gone) is not an error.
 		if !errors.Is(err, context.Canceled) && !errors.Is(err, eventlog.ErrNotFound) {
 			h.log.Error("appending to the event log", logSession, st.sess.id, logStream, st.skey, "err", err)
@@ -275,10 +301,32 @@ func (h *Handler) loseStream(st *stream, reason resume.Reason, msg string) {
 // endSession removes a session: its pumps stop, its streams and events are
 // dropped, open connections end, and the backend session is deleted.
 func (h *Handler) endSession(s *session, why string) {
+	sts, bs, ok := h.detachSession(s)
+	if !ok {
+		return
+	}
+	kickAll(sts)
+	if err := h.store.DeleteSession(context.WithoutCancel(h.ctx), s.id); err != nil && !errors.Is(err, eventlog.ErrNotFound) {
+		h.log.Error("deleting session from the store", logSession, s.id, "err", err)
+	}
+	if bs != nil {
+		go bs.Close()
+	}
+	if h.cluster != nil {
+		go h.cluster.Release(context.WithoutCancel(h.ctx), s.id, s.lease)
+	}
+	h.log.Info("session ended", logSession, s.id, logReason, why)
+}
+
+// detachSession stops s in this process: it is marked closed and
+// forgotten, the backend calls of its streams are cancelled. It returns
+// the streams (for their connections) and the backend session, and false
+// if s was already closed.
+func (h *Handler) detachSession(s *session) ([]*stream, backend.Session, bool) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return
+		return nil, nil, false
 	}
 	s.closed = true
 	bs := s.backend
@@ -292,11 +340,13 @@ func (h *Handler) endSession(s *session, why string) {
 	s.mu.Unlock()
 	for _, st := range sts {
 		if st.cancel != nil {
-			st.cancel() // ends the stream's backend request and its pump
+			st.cancel() // ends the stream's backend call and its pump
 		}
 	}
 	h.mu.Lock()
-	delete(h.sessions, s.id)
+	if h.sessions[s.id] == s {
+		delete(h.sessions, s.id)
+	}
 	for _, st := range sts {
 		delete(h.streams, st.skey)
 	}
@@ -304,19 +354,21 @@ func (h *Handler) endSession(s *session, why string) {
 	for _, st := range sts {
 		st.mu.Lock()
 		st.done = true
+		st.mu.Unlock()
+	}
+	return sts, bs, true
+}
+
+// kickAll closes the client connections attached to sts.
+func kickAll(sts []*stream) {
+	for _, st := range sts {
+		st.mu.Lock()
 		if st.conn != nil {
 			close(st.conn.kick)
 			st.conn = nil
 		}
 		st.mu.Unlock()
 	}
-	if err := h.store.DeleteSession(context.WithoutCancel(h.ctx), s.id); err != nil && !errors.Is(err, eventlog.ErrNotFound) {
-		h.log.Error("deleting session from the store", logSession, s.id, "err", err)
-	}
-	if bs != nil {
-		go bs.Close()
-	}
-	h.log.Info("session ended", logSession, s.id, logReason, why)
 }
 
 // janitor expires idle sessions.

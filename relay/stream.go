@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"sync"
@@ -42,7 +41,6 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, s *session
 	defer s.touch()
 
 	c := &sseConn{w: w, rc: http.NewResponseController(w), codec: h.codec}
-	ctx := r.Context()
 	if priming {
 		c.id(p.Stream, p.Generation, p.From, 0, true)
 	}
@@ -67,7 +65,7 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, s *session
 			a = &attachment{kick: make(chan struct{})}
 			st.attach(a)
 		}
-		next, ok := h.follow(ctx, c, s, st, a, key, p, pollC)
+		next, ok := h.follow(r, c, s, st, a, key, p, pollC)
 		if st != nil {
 			st.detach(a)
 		}
@@ -83,10 +81,20 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, s *session
 // mid-stream rules of package resume to each read of the log. It returns
 // the plan of the stream to switch to (the session's current standalone
 // stream after a generation change), or nil when the connection is done.
-func (h *Handler) follow(ctx context.Context, c *sseConn, s *session, st *stream, a *attachment, key string, p resume.Plan, pollC <-chan time.Time) (*resume.Plan, bool) {
+func (h *Handler) follow(r *http.Request, c *sseConn, s *session, st *stream, a *attachment, key string, p resume.Plan, pollC <-chan time.Time) (*resume.Plan, bool) {
+	ctx := r.Context()
 	cursor := p.From
 	gapAnnounced := p.ResetBefore == resume.ReasonGap
 	lastType := ""
+	var wake <-chan struct{}
+	if st == nil && h.cluster != nil {
+		// Another replica writes this stream (or nobody, any more): its
+		// appends are announced through the cluster. Watching before the
+		// first read leaves no window for a missed append.
+		var stop func()
+		wake, stop = h.cluster.Watch(key)
+		defer stop()
+	}
 	for {
 		// The batch buffer is held only while events are written, not
 		// while the connection waits: an idle stream costs no batch.
@@ -142,18 +150,31 @@ func (h *Handler) follow(ctx context.Context, c *sseConn, s *session, st *stream
 				c.reset(resume.Reset{Reason: r, Stream: key, Generation: p.Generation})
 			}
 			if p.Then == resume.CurrentStandalone {
-				return h.switchStandalone(s)
+				return h.switchStandalone(r, s)
 			}
 			return nil, true
 		}
 		if rec.Terminal && cursor >= rec.LastSeq {
 			if resume.AtTerminal(rec.RequestID == nil) == resume.CurrentStandalone {
-				return h.switchStandalone(s)
+				return h.switchStandalone(r, s)
 			}
 			return nil, true
 		}
 		if st == nil {
-			return nil, true // not live here: nothing more will come
+			if wake == nil {
+				return nil, true // not live here: nothing more will come
+			}
+			goOn, ok, idle := h.waitRemote(ctx, c, p, cursor, wake, pollC)
+			if !goOn {
+				return nil, ok
+			}
+			if idle {
+				// Nothing for a while: if the owner died, its lease has
+				// lapsed and this replica takes the session over (which
+				// seals what the dead owner left unfinished).
+				h.lookup(r, s.id)
+			}
+			continue
 		}
 		st.mu.Lock()
 		poll := a.poll
@@ -179,8 +200,16 @@ func (h *Handler) follow(ctx context.Context, c *sseConn, s *session, st *stream
 }
 
 // switchStandalone returns the plan of the session's current standalone
-// stream, from its start.
-func (h *Handler) switchStandalone(s *session) (*resume.Plan, bool) {
+// stream, from its start. On a view of a session another replica owns, the
+// session is looked up afresh: the view's incarnation is the old one.
+func (h *Handler) switchStandalone(r *http.Request, s *session) (*resume.Plan, bool) {
+	if s.owner != "" {
+		cur, err := h.lookup(r, s.id)
+		if err != nil || cur == nil {
+			return nil, true
+		}
+		s = cur
+	}
 	s.mu.Lock()
 	st := s.standalone
 	closed := s.closed
