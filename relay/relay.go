@@ -104,8 +104,8 @@ type Options struct {
 // Handler is the relay's http.Handler. Create it with [New]; it is safe for
 // concurrent use. Close releases its goroutines.
 type Handler struct {
-	opts   Options
-	conn   backend.Connector
+	opts Options
+	conn backend.Connector
 	// With a Cluster: the lease TTL, the key of forwarded-request MACs,
 	// the client that forwards, and the lease keeper's end.
 	cluster    Cluster
@@ -113,11 +113,11 @@ type Handler struct {
 	fwdKey     []byte
 	peers      *http.Client
 	keeperDone chan struct{}
-	store  eventlog.Store
-	codec  *resume.Codec
-	log    *slog.Logger
-	ctx    context.Context // cancelled by Close: ends pumps
-	cancel context.CancelFunc
+	store      eventlog.Store
+	codec      *resume.Codec
+	log        *slog.Logger
+	ctx        context.Context // cancelled by Close: ends pumps
+	cancel     context.CancelFunc
 
 	mu       sync.Mutex
 	sessions map[string]*session
