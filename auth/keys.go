@@ -123,17 +123,17 @@ func (v *Verifier) refresh(ctx context.Context) error {
 // callers share one fetch.
 func (v *Verifier) keysFor(ctx context.Context, kid string) keySet {
 	v.mu.Lock()
-	keys, fresh, due := v.keys, v.now().Sub(v.fetched) < v.opts.KeysMaxAge, v.now().Sub(v.tried) >= v.opts.RefreshInterval
+	keys, fresh := v.keys, v.now().Sub(v.fetched) < v.opts.KeysMaxAge
 	v.mu.Unlock()
-	if (fresh && known(keys, kid)) || !due {
+	if fresh && known(keys, kid) {
 		return keys
 	}
-	v.fetchMu.Lock()
+	v.fetchMu.Lock() // callers that wait here find the fetch done: not due
 	defer v.fetchMu.Unlock()
 	v.mu.Lock()
-	keys, due = v.keys, v.now().Sub(v.tried) >= v.opts.RefreshInterval
+	keys, due := v.keys, v.now().Sub(v.tried) >= v.opts.RefreshInterval
 	v.mu.Unlock()
-	if !due { // another caller fetched while this one waited
+	if !due {
 		return keys
 	}
 	if err := v.refresh(ctx); err != nil {
