@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
@@ -218,6 +219,53 @@ func TestKeyRotation(t *testing.T) {
 	}
 	if w := call(v, "Bearer "+is.sign("new", is.good("alice", clk.now()))); w.Code != 200 {
 		t.Fatalf("new key after max age: %d", w.Code)
+	}
+}
+
+// TestKeyConstraints: a JWK published for encryption, or for another
+// algorithm than the token's, does not verify it.
+func TestKeyConstraints(t *testing.T) {
+	is := newTestIssuer(t)
+	v, clk := newTestVerifier(t, is, Options{})
+	for _, c := range []struct {
+		name   string
+		params []string
+		status int
+	}{
+		{"plain", nil, 200},
+		{"use_sig", []string{"use", "sig"}, 200},
+		{"alg_rs256", []string{"alg", "RS256"}, 200},
+		{"use_enc", []string{"use", "enc"}, 401},
+		{"alg_rs512", []string{"alg", "RS512"}, 401},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			raw, err := rsa.GenerateKey(rand.Reader, 2048)
+			if err != nil {
+				t.Fatal(err)
+			}
+			is.add(c.name, raw, c.params...)
+			clk.advance(DefaultRefreshInterval) // let the new kid be fetched
+			if w := call(v, "Bearer "+is.sign(c.name, is.good("alice", clk.now()))); w.Code != c.status {
+				t.Fatalf("status %d, want %d", w.Code, c.status)
+			}
+		})
+	}
+}
+
+// TestRefreshFailureKeepsKeys: when the JWKS cannot be fetched again, the
+// keys already fetched keep working.
+func TestRefreshFailureKeepsKeys(t *testing.T) {
+	is := newTestIssuer(t)
+	is.addRSA("r1")
+	v, clk := newTestVerifier(t, is, Options{})
+	is.failing.Store(true)
+	clk.advance(DefaultKeysMaxAge)
+	before := is.fetches.Load()
+	if w := call(v, "Bearer "+is.sign("r1", is.good("alice", clk.now()))); w.Code != 200 {
+		t.Fatalf("status %d after a failed refresh, want 200", w.Code)
+	}
+	if is.fetches.Load() != before+1 {
+		t.Fatalf("%d fetches, want 1 (the failed one)", is.fetches.Load()-before)
 	}
 }
 

@@ -30,6 +30,7 @@ type testIssuer struct {
 	public  jwk.Set            // what /jwks serves
 	private map[string]jwk.Key // signing keys by kid
 	fetches atomic.Int64       // GET /jwks count
+	failing atomic.Bool        // GET /jwks answers 500
 }
 
 func newTestIssuer(t *testing.T) *testIssuer {
@@ -41,6 +42,10 @@ func newTestIssuer(t *testing.T) *testIssuer {
 	})
 	mux.HandleFunc("GET /jwks", func(w http.ResponseWriter, r *http.Request) {
 		is.fetches.Add(1)
+		if is.failing.Load() {
+			http.Error(w, "down", http.StatusInternalServerError)
+			return
+		}
 		is.mu.Lock()
 		defer is.mu.Unlock()
 		json.NewEncoder(w).Encode(is.public)
@@ -72,7 +77,9 @@ func (is *testIssuer) addEC(kid string) {
 	is.add(kid, raw)
 }
 
-func (is *testIssuer) add(kid string, raw any) {
+// add publishes raw's public key as kid, with the given extra JWK
+// parameters (such as "use" or "alg").
+func (is *testIssuer) add(kid string, raw any, params ...string) {
 	is.t.Helper()
 	priv, err := jwk.Import(raw)
 	if err != nil {
@@ -82,6 +89,11 @@ func (is *testIssuer) add(kid string, raw any) {
 	pub, err := priv.PublicKey()
 	if err != nil {
 		is.t.Fatal(err)
+	}
+	for i := 0; i+1 < len(params); i += 2 {
+		if err := pub.Set(params[i], params[i+1]); err != nil {
+			is.t.Fatal(err)
+		}
 	}
 	is.mu.Lock()
 	defer is.mu.Unlock()
