@@ -27,8 +27,9 @@ func (c clock) Now() time.Time { return c() }
 // Verify checks a compact JWS access token: its signature (by the issuer's
 // key named by kid, with an allowed asymmetric algorithm), "iss", "aud",
 // "exp" (required), "nbf" and "iat" (with Leeway), "sub" (required) and
-// the required scopes. The error wraps ErrInvalidToken or
-// ErrInsufficientScope; with the latter the token is returned too.
+// the required scopes. The error is ErrNoToken for "", or wraps
+// ErrInvalidToken or ErrInsufficientScope; with the latter the token is
+// returned too.
 func (v *Verifier) Verify(ctx context.Context, raw string) (*Token, error) {
 	if raw == "" {
 		return nil, ErrNoToken
