@@ -99,6 +99,14 @@ type Options struct {
 	// longest a session waits for a new owner after its owner dies. Zero
 	// means 2s. Used with Cluster.
 	LeaseTTL time.Duration
+
+	// Identity returns the principal a session is bound to: a request whose
+	// identity differs from the one that created the session gets 404 for
+	// it. Nil means a hash of the Authorization header ("" when there is
+	// none), so that a client whose token changes loses its sessions; set it
+	// (for example from an authenticating middleware's verified subject) so
+	// that a refreshed token keeps them. It must be cheap and deterministic.
+	Identity func(*http.Request) string
 }
 
 // Handler is the relay's http.Handler. Create it with [New]; it is safe for
@@ -351,8 +359,14 @@ func isLoopbackAddr(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// principal returns the identity a session is bound to.
-func (h *Handler) principal(r *http.Request) string { return principal(r) }
+// principal returns the identity a session is bound to: Options.Identity's
+// answer, or by default principal(r).
+func (h *Handler) principal(r *http.Request) string {
+	if h.opts.Identity != nil {
+		return h.opts.Identity(r)
+	}
+	return principal(r)
+}
 
 // principal returns the identity a session is bound to: a hash of the
 // Authorization header ("" when there is none).

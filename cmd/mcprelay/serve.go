@@ -42,6 +42,7 @@ func serve(args []string) error {
 		logFormat     = fs.String("log-format", "text", "log format: text or json")
 		logLevel      = fs.String("log-level", "info", "log level: debug, info, warn or error")
 		shutdownGrace = fs.Duration("shutdown-timeout", 10*time.Second, "how long to wait for streams to close on SIGINT/SIGTERM")
+		authOpts      = addAuthFlags(fs)
 	)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -73,6 +74,10 @@ func serve(args []string) error {
 		up = backend.Remote(*upstream)
 		up.StatelessURL = *statelessURL
 	}
+	authn, err := authOpts.setup(*addr, log)
+	if err != nil {
+		return err
+	}
 	store, secret, err := openStore(*storeKind, *dataDir, *syncPolicy, eventlog.Retention{MaxEvents: *retainEvents, MaxBytes: *retainBytes, TerminalGrace: *grace})
 	if err != nil {
 		return err
@@ -88,6 +93,7 @@ func serve(args []string) error {
 		MaxBodyBytes:       *maxBody,
 		SessionIdleTimeout: *idle,
 		Logger:             log,
+		Identity:           authn.identity,
 	})
 	if err != nil {
 		return err
@@ -95,7 +101,8 @@ func serve(args []string) error {
 	defer h.Close()
 
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", h)
+	mux.Handle("/mcp", authn.protect(h))
+	authn.mount(mux)
 	mux.Handle("/metrics", h.Metrics())
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
