@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcprelay/mcprelay/internal/mcptest"
+
 	"github.com/mcprelay/mcprelay/backend"
 	"github.com/mcprelay/mcprelay/eventlog"
 	"github.com/mcprelay/mcprelay/exampleserver"
@@ -138,14 +140,12 @@ func stress(t *testing.T, v stressVariant) *stressReport {
 
 func runStress(v stressVariant, seed uint64) *stressReport {
 	r := &stressReport{violations: map[int][]string{}, stats: map[string]int{}, ids: map[string]idRecord{}}
-	be := &restartable{}
-	be.make = func() http.Handler {
+	be := mcptest.NewRestartable(func() http.Handler {
 		srv := exampleserver.New(nil)
 		addRequestStreamTool(srv)
 		return backend.SDKHandler(srv, &mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)})
-	}
-	be.restart()
-	defer be.stop()
+	})
+	defer be.Stop()
 	up := backend.Handler(be)
 	up.StatelessURL = up.URL + "/stateless"
 	h, err := relay.New(relay.Options{Backend: up, Secret: testSecret, Store: eventlog.NewMemory(v.retention)})
@@ -172,7 +172,7 @@ func runStress(v stressVariant, seed uint64) *stressReport {
 		inits.Wait()
 		select {
 		case <-time.After(v.restartAfter):
-			be.restart()
+			be.Restart()
 			r.count("backend restarts")
 		case <-stopRestart:
 		}

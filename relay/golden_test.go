@@ -228,7 +228,7 @@ func TestGolden(t *testing.T) {
 			func(t *testing.T, tr *transcript, e *env) {
 				s := e.initialize("2025-11-25", "")
 				evs := tr.request(e, s, "POST", "", countCall(1, 2), 0)
-				e.backend.restart()
+				e.backend.Restart()
 				tr.request(e, s, "POST", "", `{"jsonrpc":"2.0","id":2,"method":"ping"}`, 0)
 				tr.request(e, s, "GET", evs[1].ID, "", 0)
 			}},
@@ -273,7 +273,7 @@ func TestGolden(t *testing.T) {
 				resp := s.post(body)
 				first, _ := events(t, resp, 0, 300*time.Millisecond) // the priming event; the call goes on
 				tr.printf("> POST\n%s\n< %d (the connection is closed after the priming event; the backend restarts)\n\n", body, resp.StatusCode)
-				e.backend.restart()
+				e.backend.Restart()
 				deadline := time.Now().Add(10 * time.Second)
 				for e.relay.Counts()["lost"] == 0 && time.Now().Before(deadline) {
 					time.Sleep(10 * time.Millisecond)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcprelay/mcprelay/internal/mcptest"
+
 	"github.com/mcprelay/mcprelay/backend"
 	"github.com/mcprelay/mcprelay/relay"
 	"github.com/mcprelay/mcprelay/sse"
@@ -115,10 +117,10 @@ func (f *failFirstResume) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // declaring the request lost. Regression: a failed attempt made the relay
 // forget the backend's cursor, so the request was reported lost.
 func TestBackendResumeRetried(t *testing.T) {
-	be := newRestartable(func() http.Handler {
+	be := mcptest.NewRestartable(func() http.Handler {
 		return backend.SDKHandler(testServer(nil), &mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)})
 	})
-	t.Cleanup(func() { be.cancel() })
+	t.Cleanup(func() { be.Stop() })
 	ff := &failFirstResume{h: be}
 	up := backend.Handler(ff)
 	e := newEnv(t, relay.Options{Backend: up})

@@ -36,7 +36,7 @@ func TestBackendRestartMidStream(t *testing.T) {
 	id, resp := s.call(1000, 20, true)
 	first, _ := events(t, resp, 2, 5*time.Second)
 	note(first)
-	e.backend.restart()
+	e.backend.Restart()
 
 	rest, ended := events(t, resp, 0, 10*time.Second)
 	if !ended {
@@ -85,6 +85,6 @@ func TestBackendRestartWhileIdle(t *testing.T) {
 	e := newEnv(t, relay.Options{})
 	s := e.initialize("2025-06-18", "")
 	completedCall(t, s, 1)
-	e.backend.restart()
+	e.backend.Restart()
 	completedCall(t, s, 2)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mcprelay/mcprelay/backend"
 	"github.com/mcprelay/mcprelay/eventlog"
+	"github.com/mcprelay/mcprelay/internal/mcptest"
 	"github.com/mcprelay/mcprelay/relay"
 	"github.com/mcprelay/mcprelay/resume"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -23,7 +24,7 @@ import (
 // another principal still gets 404.
 func TestRelayRestartWithDurableStore(t *testing.T) {
 	store := eventlog.NewMemory(eventlog.Retention{})
-	be := newRestartable(func() http.Handler {
+	be := mcptest.NewRestartable(func() http.Handler {
 		return backend.SDKHandler(testServer(nil), &mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)})
 	})
 	start := func() *relay.Handler {
@@ -38,7 +39,7 @@ func TestRelayRestartWithDurableStore(t *testing.T) {
 	var current atomic.Pointer[relay.Handler]
 	current.Store(start())
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { current.Load().ServeHTTP(w, r) }))
-	t.Cleanup(func() { current.Load().Close(); srv.CloseClientConnections(); srv.Close(); be.cancel() })
+	t.Cleanup(func() { current.Load().Close(); srv.CloseClientConnections(); srv.Close(); be.Stop() })
 	e := &env{t: t, url: srv.URL, backend: be}
 	c := codec(t)
 
@@ -55,7 +56,7 @@ func TestRelayRestartWithDurableStore(t *testing.T) {
 	old := current.Load()
 	current.Store(start())
 	old.Close()
-	be.restart()
+	be.Restart()
 	srv.CloseClientConnections()
 
 	if r := e.do("GET", map[string]string{"Mcp-Session-Id": s.id, "Authorization": "Bearer mallory", "Last-Event-ID": lastID(first)}, ""); r.StatusCode != 404 {
