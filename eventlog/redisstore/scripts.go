@@ -14,7 +14,9 @@ package redisstore
 //	P k        hash   stream key → stream number
 //	P m:<num>  hash   k: stream key; g: generation; q: request ID (absent
 //	                  for nil); l: LastSeq; n, b: retained events and bytes;
-//	                  r: runs of this stream in P o; t: terminal time (ms,
+//	                  r: runs of this stream in P o; z: events at the
+//	                  front of this stream's runs in P o that were dropped
+//	                  by a skip (see scriptAppend); t: terminal time (ms,
 //	                  Redis clock), absent while the stream is open
 //	P e:<num>  stream one entry per retained event, ID "<seq>-0",
 //	                  fields d: data, then t: type when not ""
@@ -134,8 +136,16 @@ return 1
 `
 
 // scriptAppend: ARGV base, token, key, terminal ("1" or "0"), MaxEvents,
-// MaxBytes, TerminalGrace (ms), channel, then type and data of each event.
-// Returns the new LastSeq.
+// MaxBytes, TerminalGrace (ms), channel, floor, then type and data of each
+// event. Returns {new LastSeq, stream number}.
+//
+// floor is "<stream number>:<seq>": the highest seq of the stream the
+// caller has seen, or "" if it knows none. If LastSeq
+// is below it, Redis lost acknowledged appends (a restart without fsync,
+// a failover to a lagging replica): the seqs up to floor may be held by
+// clients, so the stream skips to floor, and its retained events are
+// dropped so that every reader behind floor sees a hole (FirstSeq jumps)
+// instead of silently missing the lost events.
 const scriptAppend = luaCommon + `
 if fenced(ARGV[2]) then return redis.error_reply('FENCED') end
 local now = now_ms()
@@ -144,14 +154,23 @@ expire(now, grace)
 local num = redis.call('HGET', base .. 'k', ARGV[3])
 if not num then return redis.error_reply('NOTFOUND') end
 local mk = base .. 'm:' .. num
-local m = redis.call('HMGET', mk, 'l', 'n', 'b', 'r', 't')
+local m = redis.call('HMGET', mk, 'l', 'n', 'b', 'r', 't', 'z')
 if m[5] then return redis.error_reply('TERMINAL') end
 local l, n, b, r = tonumber(m[1]), tonumber(m[2]), tonumber(m[3]), tonumber(m[4])
-local cnt = (#ARGV - 8) / 2
-if cnt == 0 then return l end
+local cnt = (#ARGV - 9) / 2
+if cnt == 0 then return {l, tonumber(num)} end
 local ek = base .. 'e:' .. num
+local fnum, floor = string.match(ARGV[9], '^(%d+):(%d+)$')
+floor = tonumber(floor)
+if fnum == num and l < floor then
+  redis.call('XTRIM', ek, 'MINID', (floor + 1) .. '-0')
+  redis.call('HINCRBY', KEYS[1], 'ne', -n)
+  redis.call('HINCRBY', KEYS[1], 'nb', -b)
+  redis.call('HSET', mk, 'z', tonumber(m[6] or 0) + n)
+  l, n, b = floor, 0, 0
+end
 local added = 0
-for i = 9, #ARGV, 2 do
+for i = 10, #ARGV, 2 do
   l = l + 1
   if ARGV[i] == '' then
     redis.call('XADD', ek, l .. '-0', 'd', ARGV[i + 1])
@@ -186,10 +205,21 @@ if ne > maxe or nb > maxb then
     local hnum, hc = string.match(head, '^(%d+):(%d+)$')
     hc = tonumber(hc)
     local hmk = base .. 'm:' .. hnum
-    local hm = redis.call('HMGET', hmk, 'l', 'n', 'b', 'r')
+    local hm = redis.call('HMGET', hmk, 'l', 'n', 'b', 'r', 'z')
+    local hz = tonumber(hm[5] or 0)
     if not hm[1] then
       redis.call('LPOP', ok)
       zs = zs - 1
+    elseif hz > 0 then
+      local k = math.min(hz, hc)
+      local hr = tonumber(hm[4])
+      if k == hc then
+        redis.call('LPOP', ok)
+        hr = hr - 1
+      else
+        redis.call('LSET', ok, 0, hnum .. ':' .. (hc - k))
+      end
+      redis.call('HSET', hmk, 'z', hz - k, 'r', hr)
     else
       local hl, hn, hb, hr = tonumber(hm[1]), tonumber(hm[2]), tonumber(hm[3]), tonumber(hm[4])
       local hek = base .. 'e:' .. hnum
@@ -215,12 +245,12 @@ if ne > maxe or nb > maxb then
   redis.call('HSET', KEYS[1], 'ne', ne, 'nb', nb, 'zs', zs)
 end
 redis.call('PUBLISH', ARGV[8], l)
-return l
+return {l, tonumber(num)}
 `
 
 // scriptRead: ARGV base, key, after, max, TerminalGrace (ms). Returns
 // {generation, request ID or nil, LastSeq, retained count, terminal (0/1),
-// entries}. It writes nothing: a terminal stream past its grace is
+// entries, stream number}. It writes nothing: a terminal stream past its grace is
 // reported missing here and dropped by the session's next append.
 const scriptRead = `
 local base = ARGV[1]
@@ -242,7 +272,7 @@ if max > 0 and after < l then
   local from = math.max(after + 1, l - n + 1)
   evs = redis.call('XRANGE', base .. 'e:' .. num, from .. '-0', '+', 'COUNT', max)
 end
-return {m[1], m[2], l, n, term, evs}
+return {m[1], m[2], l, n, term, evs, tonumber(num)}
 `
 
 // scriptStreams: ARGV base, TerminalGrace (ms). Returns one {key,

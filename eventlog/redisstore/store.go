@@ -71,7 +71,7 @@ type Store struct {
 	closed atomic.Bool
 
 	idxMu sync.RWMutex
-	idx   map[string]string // stream key → session ID
+	idx   map[string]*keyInfo // stream key → what this Store knows of it
 
 	tokMu  sync.Mutex
 	tokens map[string]uint64 // session → fencing token this Store holds
@@ -80,6 +80,37 @@ type Store struct {
 }
 
 var _ eventlog.Store = (*Store)(nil)
+
+// keyInfo is what a Store remembers of a stream key.
+type keyInfo struct {
+	sid string // the owning session; never changes while the key lives
+
+	mu  sync.Mutex
+	num int64  // the stream's number in its session, 0 if not known yet
+	hw  uint64 // the highest LastSeq this Store has seen of stream num
+}
+
+// floor is the Append script's floor argument.
+func (ki *keyInfo) floor() string {
+	ki.mu.Lock()
+	defer ki.mu.Unlock()
+	if ki.num == 0 {
+		return ""
+	}
+	return strconv.FormatInt(ki.num, 10) + ":" + strconv.FormatUint(min(ki.hw, maxLuaSeq), 10)
+}
+
+// seen records that stream num had LastSeq last. A new number means the
+// key was dropped and created again: the old mark does not apply.
+func (ki *keyInfo) seen(num int64, last uint64) {
+	ki.mu.Lock()
+	defer ki.mu.Unlock()
+	if num != ki.num {
+		ki.num, ki.hw = num, last
+		return
+	}
+	ki.hw = max(ki.hw, last)
+}
 
 var (
 	luaCreateSession = rueidis.NewLuaScript(scriptCreateSession)
@@ -146,7 +177,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		maxE:    strconv.Itoa(r.MaxEvents),
 		maxB:    strconv.FormatInt(r.MaxBytes, 10),
 		graceMs: strconv.FormatInt(timeMs(r.TerminalGrace), 10),
-		idx:     make(map[string]string),
+		idx:     make(map[string]*keyInfo),
 		tokens:  make(map[string]uint64),
 	}
 	s.hub = newHub(c, log)
@@ -300,33 +331,38 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	return nil
 }
 
-// resolve returns the session of a stream key, from the in-process cache
-// (cached reports so) or from the index.
-func (s *Store) resolve(ctx context.Context, key string) (sid string, cached bool, err error) {
+// resolve returns what this Store knows of a stream key, from the
+// in-process cache (cached reports so) or from the index.
+func (s *Store) resolve(ctx context.Context, key string) (ki *keyInfo, cached bool, err error) {
 	s.idxMu.RLock()
-	sid, ok := s.idx[key]
+	ki = s.idx[key]
 	s.idxMu.RUnlock()
-	if ok {
-		return sid, true, nil
+	if ki != nil {
+		return ki, true, nil
 	}
-	sid, err = s.c.Do(ctx, s.c.B().Get().Key(s.indexKey(key)).Build()).ToString()
+	sid, err := s.c.Do(ctx, s.c.B().Get().Key(s.indexKey(key)).Build()).ToString()
 	if rueidis.IsRedisNil(err) {
-		return "", false, eventlog.ErrNotFound
+		return nil, false, eventlog.ErrNotFound
 	}
 	if err != nil {
-		return "", false, mapErr(err)
+		return nil, false, mapErr(err)
 	}
-	s.remember(key, sid)
-	return sid, false, nil
+	return s.remember(key, sid), false, nil
 }
 
-func (s *Store) remember(key, sid string) {
+// remember caches key's session, keeping what is known if it is the same.
+func (s *Store) remember(key, sid string) *keyInfo {
 	s.idxMu.Lock()
+	defer s.idxMu.Unlock()
+	if ki := s.idx[key]; ki != nil && ki.sid == sid {
+		return ki
+	}
 	if len(s.idx) >= maxCachedKeys {
 		clear(s.idx)
 	}
-	s.idx[key] = sid
-	s.idxMu.Unlock()
+	ki := &keyInfo{sid: sid}
+	s.idx[key] = ki
+	return ki
 }
 
 func (s *Store) forget(key string) {
@@ -338,24 +374,24 @@ func (s *Store) forget(key string) {
 // onStream runs op on the session of key. If op reports ErrNotFound with a
 // cached session, the cache may be stale (the key was dropped and created
 // again in another session): it looks the key up again and retries once.
-func (s *Store) onStream(ctx context.Context, key string, op func(sid string) error) error {
-	sid, cached, err := s.resolve(ctx, key)
+func (s *Store) onStream(ctx context.Context, key string, op func(ki *keyInfo) error) error {
+	ki, cached, err := s.resolve(ctx, key)
 	if err != nil {
 		return err
 	}
-	err = op(sid)
+	err = op(ki)
 	if !cached || !errors.Is(err, eventlog.ErrNotFound) {
 		return err
 	}
 	s.forget(key)
-	sid2, _, err2 := s.resolve(ctx, key)
+	ki2, _, err2 := s.resolve(ctx, key)
 	if err2 != nil {
 		return err2
 	}
-	if sid2 == sid {
+	if ki2.sid == ki.sid {
 		return err
 	}
-	return op(sid2)
+	return op(ki2)
 }
 
 // CreateStream implements [eventlog.Log]. It is fenced.
@@ -437,18 +473,23 @@ func (s *Store) Append(ctx context.Context, key string, terminal bool, events ..
 		term = "1"
 	}
 	var last uint64
-	err := s.onStream(ctx, key, func(sid string) error {
-		b := s.base(sid)
-		args := make([]string, 0, 8+2*len(events))
-		args = append(args, b, s.token(sid), key, term, s.maxE, s.maxB, s.graceMs, s.channel(key))
+	err := s.onStream(ctx, key, func(ki *keyInfo) error {
+		b := s.base(ki.sid)
+		args := make([]string, 0, 9+2*len(events))
+		args = append(args, b, s.token(ki.sid), key, term, s.maxE, s.maxB, s.graceMs, s.channel(key),
+			ki.floor())
 		for i := range events {
 			args = append(args, events[i].Type, rueidis.BinaryString(events[i].Data))
 		}
-		l, err := luaAppend.Exec(ctx, s.c, []string{b + "s"}, args).AsInt64()
+		v, err := luaAppend.Exec(ctx, s.c, []string{b + "s"}, args).AsIntSlice()
 		if err != nil {
 			return mapErr(err)
 		}
-		last = uint64(l)
+		if len(v) != 2 || v[0] < 0 {
+			return ErrCorrupt
+		}
+		last = uint64(v[0])
+		ki.seen(v[1], last)
 		return nil
 	})
 	if err != nil {
@@ -477,20 +518,25 @@ func (s *Store) Read(ctx context.Context, key string, after uint64, max int, buf
 		count = strconv.Itoa(max)
 	}
 	var rec eventlog.Stream
-	err := s.onStream(ctx, key, func(sid string) error {
-		b := s.base(sid)
+	err := s.onStream(ctx, key, func(ki *keyInfo) error {
+		b := s.base(ki.sid)
 		v, err := luaRead.Exec(ctx, s.c, []string{b + "s"}, []string{b, key,
 			strconv.FormatUint(min(after, maxLuaSeq), 10), count, s.graceMs}).ToArray()
 		if err != nil {
 			return mapErr(err)
 		}
-		if len(v) != 6 {
+		if len(v) != 7 {
 			return ErrCorrupt
 		}
-		rec, err = decodeStream(key, sid, v[0], v[1], v[2], v[3], v[4])
+		num, err := v[6].AsInt64()
+		if err != nil {
+			return ErrCorrupt
+		}
+		rec, err = decodeStream(key, ki.sid, v[0], v[1], v[2], v[3], v[4])
 		if err != nil {
 			return err
 		}
+		ki.seen(num, rec.LastSeq)
 		entries, err := v[5].ToArray()
 		if err != nil {
 			return ErrCorrupt
