@@ -248,36 +248,9 @@ redis.call('PUBLISH', ARGV[8], l)
 return {l, tonumber(num)}
 `
 
-// scriptRead: ARGV base, key, after, max, TerminalGrace (ms). Returns
-// {generation, request ID or nil, LastSeq, retained count, terminal (0/1),
-// entries, stream number}. It writes nothing: a terminal stream past its grace is
-// reported missing here and dropped by the session's next append.
-const scriptRead = `
-local base = ARGV[1]
-local num = redis.call('HGET', base .. 'k', ARGV[2])
-if not num then return redis.error_reply('NOTFOUND') end
-local m = redis.call('HMGET', base .. 'm:' .. num, 'g', 'q', 'l', 'n', 't')
-if not m[1] then return redis.error_reply('NOTFOUND') end
-local term = 0
-if m[5] then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  if now - tonumber(m[5]) >= tonumber(ARGV[5]) then return redis.error_reply('NOTFOUND') end
-  term = 1
-end
-local l, n = tonumber(m[3]), tonumber(m[4])
-local after, max = tonumber(ARGV[3]), tonumber(ARGV[4])
-local evs = {}
-if max > 0 and after < l then
-  local from = math.max(after + 1, l - n + 1)
-  evs = redis.call('XRANGE', base .. 'e:' .. num, from .. '-0', '+', 'COUNT', max)
-end
-return {m[1], m[2], l, n, term, evs, tonumber(num)}
-`
-
 // scriptStreams: ARGV base, TerminalGrace (ms). Returns one {key,
-// generation, request ID or nil, LastSeq, retained count, terminal} per
-// live stream.
+// generation, request ID or nil, LastSeq, retained count, terminal time or
+// nil} per live stream.
 const scriptStreams = `
 local base = ARGV[1]
 local ks = redis.call('HGETALL', base .. 'k')
@@ -289,9 +262,7 @@ local out = {}
 for i = 1, #ks, 2 do
   local m = redis.call('HMGET', base .. 'm:' .. ks[i + 1], 'g', 'q', 'l', 'n', 't')
   if m[1] and not (m[5] and now - tonumber(m[5]) >= grace) then
-    local term = 0
-    if m[5] then term = 1 end
-    out[#out + 1] = {ks[i], m[1], m[2], tonumber(m[3]), tonumber(m[4]), term}
+    out[#out + 1] = {ks[i], m[1], m[2], m[3], m[4], m[5]}
   end
 end
 return out

@@ -90,6 +90,13 @@ type keyInfo struct {
 	hw  uint64 // the highest LastSeq this Store has seen of stream num
 }
 
+// number is the stream's number, 0 if not known.
+func (ki *keyInfo) number() int64 {
+	ki.mu.Lock()
+	defer ki.mu.Unlock()
+	return ki.num
+}
+
 // floor is the Append script's floor argument.
 func (ki *keyInfo) floor() string {
 	ki.mu.Lock()
@@ -118,7 +125,6 @@ var (
 	luaDeleteSession = rueidis.NewLuaScript(scriptDeleteSession)
 	luaCreateStream  = rueidis.NewLuaScript(scriptCreateStream)
 	luaAppend        = rueidis.NewLuaScript(scriptAppend)
-	luaRead          = rueidis.NewLuaScript(scriptRead)
 	luaStreams       = rueidis.NewLuaScript(scriptStreams)
 	luaAcquire       = rueidis.NewLuaScript(scriptAcquire)
 	luaRenew         = rueidis.NewLuaScript(scriptRenew)
@@ -508,47 +514,98 @@ func (s *Store) Append(ctx context.Context, key string, terminal bool, events ..
 
 // Read implements [eventlog.Log]. Data of the returned events aliases the
 // client's reply buffer; callers must not modify it.
+//
+// Read runs no script: it is one MULTI/EXEC of HMGET (the stream record),
+// XRANGE (the events, from after+1, so from FirstSeq when the cursor is in
+// a hole since evicted entries are trimmed) and TIME (for the terminal
+// grace), which Redis serves natively; a script returning the same
+// entries spends most of its time converting them to Lua and back.
 func (s *Store) Read(ctx context.Context, key string, after uint64, max int, buf []eventlog.Event) (eventlog.Stream, []eventlog.Event, error) {
 	buf = buf[:0]
 	if err := s.check(ctx); err != nil {
 		return eventlog.Stream{}, buf, err
 	}
-	count := "0"
-	if max > 0 {
-		count = strconv.Itoa(max)
-	}
 	var rec eventlog.Stream
 	err := s.onStream(ctx, key, func(ki *keyInfo) error {
 		b := s.base(ki.sid)
-		v, err := luaRead.Exec(ctx, s.c, []string{b + "s"}, []string{b, key,
-			strconv.FormatUint(min(after, maxLuaSeq), 10), count, s.graceMs}).ToArray()
-		if err != nil {
-			return mapErr(err)
-		}
-		if len(v) != 7 {
-			return ErrCorrupt
-		}
-		num, err := v[6].AsInt64()
-		if err != nil {
-			return ErrCorrupt
-		}
-		rec, err = decodeStream(key, ki.sid, v[0], v[1], v[2], v[3], v[4])
-		if err != nil {
-			return err
-		}
-		ki.seen(num, rec.LastSeq)
-		entries, err := v[5].ToArray()
-		if err != nil {
-			return ErrCorrupt
-		}
-		for i := range entries {
-			e, err := decodeEvent(&entries[i])
+		for range 3 { // the cached stream number may be stale
+			num := ki.number()
+			if num == 0 {
+				n, err := s.c.Do(ctx, s.c.B().Hget().Key(b+"k").Field(key).Build()).AsInt64()
+				if rueidis.IsRedisNil(err) {
+					return eventlog.ErrNotFound
+				}
+				if err != nil {
+					return mapErr(err)
+				}
+				ki.seen(n, 0)
+				num = n
+			}
+			ns := strconv.FormatInt(num, 10)
+			cmds := make(rueidis.Commands, 0, 5)
+			cmds = append(cmds, s.c.B().Multi().Build(),
+				s.c.B().Hmget().Key(b+"m:"+ns).Field("g", "q", "l", "n", "t").Build())
+			withEvents := max > 0 && after < maxLuaSeq
+			if withEvents {
+				cmds = append(cmds, s.c.B().Xrange().Key(b+"e:"+ns).Start(strconv.FormatUint(after+1, 10)+"-0").End("+").Count(int64(max)).Build())
+			}
+			cmds = append(cmds, s.c.B().Time().Build(), s.c.B().Exec().Build())
+			res := s.c.DoMulti(ctx, cmds...)
+			v, err := res[len(res)-1].ToArray()
+			if err != nil {
+				return mapErr(err)
+			}
+			if len(v) != len(cmds)-2 {
+				return ErrCorrupt
+			}
+			m, err := v[0].ToArray()
+			if err != nil || len(m) != 5 {
+				return ErrCorrupt
+			}
+			if m[0].IsNil() { // dropped, or dropped and created again
+				ki.seen(0, 0)
+				continue
+			}
+			if !m[4].IsNil() {
+				at, err1 := m[4].AsInt64()
+				tv, err2 := v[len(v)-1].AsStrSlice()
+				if err1 != nil || err2 != nil || len(tv) != 2 {
+					return ErrCorrupt
+				}
+				sec, err1 := strconv.ParseInt(tv[0], 10, 64)
+				usec, err2 := strconv.ParseInt(tv[1], 10, 64)
+				if err1 != nil || err2 != nil {
+					return ErrCorrupt
+				}
+				if sec*1000+usec/1000-at >= timeMs(s.ret.TerminalGrace) {
+					return eventlog.ErrNotFound
+				}
+			}
+			rec, err = decodeStream(key, ki.sid, m[0], m[1], m[2], m[3], m[4])
 			if err != nil {
 				return err
 			}
-			buf = append(buf, e)
+			ki.seen(num, rec.LastSeq)
+			if !withEvents {
+				return nil
+			}
+			entries, err := v[1].ToArray()
+			if err != nil {
+				return ErrCorrupt
+			}
+			for i := range entries {
+				e, err := decodeEvent(&entries[i])
+				if err != nil {
+					return err
+				}
+				if e.Seq > rec.LastSeq {
+					break
+				}
+				buf = append(buf, e)
+			}
+			return nil
 		}
-		return nil
+		return eventlog.ErrNotFound
 	})
 	if err != nil {
 		return eventlog.Stream{}, buf[:0], err
@@ -556,19 +613,19 @@ func (s *Store) Read(ctx context.Context, key string, after uint64, max int, buf
 	return rec, buf, nil
 }
 
-// decodeStream builds a stream record from the scripts' fields.
+// decodeStream builds a stream record from the fields of its hash; term
+// is the terminal time, nil while the stream is open.
 func decodeStream(key, sid string, g, q, l, n, term rueidis.RedisMessage) (eventlog.Stream, error) {
 	rec := eventlog.Stream{Key: key, Session: sid}
-	var err1, err2, err3, err4 error
+	var err1, err2 error
 	rec.Generation, err1 = g.AsUint64()
 	rec.LastSeq, err2 = l.AsUint64()
 	kept, err3 := n.AsUint64()
-	t, err4 := term.AsInt64()
-	if err := errors.Join(err1, err2, err3, err4); err != nil || kept > rec.LastSeq {
+	if err := errors.Join(err1, err2, err3); err != nil || kept > rec.LastSeq {
 		return rec, ErrCorrupt
 	}
 	rec.FirstSeq = rec.LastSeq + 1 - kept
-	rec.Terminal = t == 1
+	rec.Terminal = !term.IsNil()
 	if !q.IsNil() {
 		b, err := q.AsBytes()
 		if err != nil {
