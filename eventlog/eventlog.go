@@ -12,8 +12,12 @@ var (
 	ErrNotFound = errors.New("eventlog: not found")
 	ErrExists   = errors.New("eventlog: already exists")
 	ErrTerminal = errors.New("eventlog: stream is terminal")
-	// ErrFenced: a store shared by replicas refused a write for a session
-	// whose lease the writer no longer holds (another replica owns it).
+	// ErrFenced is returned by a store shared by several relay replicas
+	// when a write comes from a writer that no longer owns the session:
+	// another replica has taken the session over since. The writer must
+	// stop serving the session (and may forward its clients to the new
+	// owner); retrying cannot succeed. Stores that are not shared never
+	// return it.
 	ErrFenced = errors.New("eventlog: fenced: the session is owned by another writer")
 )
 

@@ -28,7 +28,7 @@ func serve(args []string) error {
 		addr          = fs.String("addr", "127.0.0.1:8080", "listen address (the endpoint is /mcp)")
 		upstream      = fs.String("upstream", "", "URL of the Streamable HTTP MCP server to front (default: the built-in example server, in process)")
 		statelessURL  = fs.String("upstream-stateless", "", "URL for stateless 2026-07-28 requests, if the upstream serves them elsewhere (default: --upstream)")
-		storeKind     = fs.String("store", "disk", "event log: disk (survives restarts, in --data-dir) or memory")
+		storeKind     = fs.String("store", "disk", "event log: disk (survives restarts, in --data-dir), memory, or redis://HOST:PORT/DB or rediss://... (shared by replicas; password in the URL or $MCPRELAY_REDIS_PASSWORD)")
 		dataDir       = fs.String("data-dir", defaultDataDir(), "directory of the disk store and the relay secret")
 		syncPolicy    = fs.String("sync", "always", "disk store fsync policy: always (durable before a client sees it), interval or none")
 		retainEvents  = fs.Int("retain-events", 10000, "events kept per session, across its streams")

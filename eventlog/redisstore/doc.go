@@ -1,0 +1,3 @@
+// Package redisstore provides an eventlog.Store on Redis, shared by relay
+// replicas.
+package redisstore

@@ -1,0 +1,152 @@
+package redisstore_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/mcprelay/mcprelay/eventlog"
+	"github.com/mcprelay/mcprelay/eventlog/redisstore"
+	"github.com/mcprelay/mcprelay/eventlog/redisstore/redistest"
+)
+
+// awaitWake fails t unless wake fires within d.
+func awaitWake(t *testing.T, wake <-chan struct{}, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-wake:
+	case <-time.After(d):
+		t.Fatalf("%s: no wake within %v", what, d)
+	}
+}
+
+// admin is a plain client for inspecting the server.
+func admin(t *testing.T, srv *redistest.Server) rueidis.Client {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func TestWatchAcrossStores(t *testing.T) {
+	srv := redistest.Start(t)
+	a, b := pair(t, srv)
+	mustCreate(t, b, "s1", "k")
+	mustCreate(t, b, "s2", "other")
+	wake, stop := a.Watch("k")
+	defer stop()
+	quiet, stopQuiet := a.Watch("other-unused")
+	defer stopQuiet()
+	awaitWake(t, wake, 5*time.Second, "subscription")
+	awaitWake(t, quiet, 5*time.Second, "subscription of the second watcher")
+	for i := range 3 {
+		if _, err := b.Append(t.Context(), "k", false, eventlog.Event{Data: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+		awaitWake(t, wake, 5*time.Second, fmt.Sprint("append ", i, " by the other store"))
+	}
+	if _, err := b.Append(t.Context(), "other", false, eventlog.Event{Data: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-quiet:
+		t.Errorf("a watcher of another stream was woken")
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// TestWatchSharesOneConnection: 100 watchers of a store cost one pub/sub
+// connection; stopped watchers are unsubscribed.
+func TestWatchSharesOneConnection(t *testing.T) {
+	srv := redistest.Start(t)
+	adm := admin(t, srv)
+	clients := func() int {
+		s, err := adm.Do(t.Context(), adm.B().ClientList().Build()).ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Count(s, "\n")
+	}
+	a, b := pair(t, srv)
+	const n = 100
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprint("k", i)
+		mustCreate(t, b, fmt.Sprint("s", i), keys[i])
+	}
+	before := clients()
+	wakes := make([]<-chan struct{}, n)
+	stops := make([]func(), n)
+	for i, k := range keys {
+		wakes[i], stops[i] = a.Watch(k)
+		awaitWake(t, wakes[i], 5*time.Second, "subscription of "+k)
+	}
+	if got := clients() - before; got != 1 {
+		t.Errorf("%d watchers opened %d connections, want 1", n, got)
+	}
+	for _, k := range keys {
+		if _, err := b.Append(t.Context(), k, false, eventlog.Event{Data: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range wakes {
+		awaitWake(t, wakes[i], 5*time.Second, "append to "+keys[i])
+	}
+	for _, stop := range stops {
+		stop()
+	}
+	channels, err := adm.Do(t.Context(), adm.B().PubsubChannels().Build()).AsStrSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(channels) != 0 {
+		t.Errorf("after every watcher stopped, still subscribed to %d channels (%q...)", len(channels), channels[0])
+	}
+}
+
+// TestWatchResubscribesAfterRestart: after Redis restarts, watchers are
+// woken once resubscribed (they may have missed appends) and then by new
+// appends.
+func TestWatchResubscribesAfterRestart(t *testing.T) {
+	srv := redistest.StartWith(t, redistest.Options{AppendOnly: true})
+	a, b := pair(t, srv)
+	mustCreate(t, b, "s1", "k")
+	wake, stop := a.Watch("k")
+	defer stop()
+	awaitWake(t, wake, 5*time.Second, "subscription")
+	srv.Restart(t)
+	awaitWake(t, wake, 10*time.Second, "resubscription after the restart")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := b.Append(t.Context(), "k", false, eventlog.Event{Data: []byte("x")})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Append after restart: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	awaitWake(t, wake, 5*time.Second, "append after the restart")
+}
+
+func TestWatchAfterClose(t *testing.T) {
+	srv := redistest.Start(t)
+	st, err := redisstore.Open(t.Context(), redisstore.Options{URL: srv.URL(), Prefix: freshPrefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, stop := st.Watch("k")
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	_, stop = st.Watch("k2")
+	stop()
+}
