@@ -2,6 +2,7 @@ package backend
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net/http"
 )
@@ -38,7 +39,9 @@ func (u *Upstream) ServeStateless(w http.ResponseWriter, r *http.Request, body [
 	}
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(resp.StatusCode)
-	CopyFlushing(w, resp.Body, 32<<10)
+	if err := CopyFlushing(w, resp.Body, 32<<10); err != nil && r.Context().Err() == nil {
+		panic(http.ErrAbortHandler) // the backend broke off: so does the client's answer
+	}
 }
 
 var hopByHop = map[string]bool{
@@ -48,20 +51,25 @@ var hopByHop = map[string]bool{
 }
 
 // CopyFlushing streams body to w, flushing after each read of at most size
-// bytes.
-func CopyFlushing(w http.ResponseWriter, body io.Reader, size int) {
+// bytes. It returns the error that ended the body (nil at its end) or the
+// write error, so that a caller can cut its own client off (panic with
+// http.ErrAbortHandler) instead of ending a broken stream as if complete.
+func CopyFlushing(w http.ResponseWriter, body io.Reader, size int) error {
 	rc := http.NewResponseController(w)
 	buf := make([]byte, size)
 	for {
 		n, err := body.Read(buf)
 		if n > 0 {
 			if _, werr := w.Write(buf[:n]); werr != nil {
-				return
+				return werr
 			}
 			rc.Flush()
 		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
 		if err != nil {
-			return
+			return err
 		}
 	}
 }

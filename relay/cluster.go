@@ -141,7 +141,7 @@ func (h *Handler) dropLocal(s *session, why string) {
 	if !ok {
 		return
 	}
-	kickAll(sts)
+	kickAll(sts, true)
 	if bs != nil {
 		go bs.Close()
 	}

@@ -109,8 +109,13 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, owner string, 
 		}
 	}
 	w.WriteHeader(resp.StatusCode)
-	backend.CopyFlushing(w, resp.Body, 32<<10)
 	h.counts.add("forwarded")
+	if err := backend.CopyFlushing(w, resp.Body, 32<<10); err != nil && r.Context().Err() == nil {
+		// The owner died mid-answer: cut the client off as the owner's
+		// connection was cut, so that it resumes; a clean end would say
+		// the stream is complete.
+		panic(http.ErrAbortHandler)
+	}
 }
 
 type forwardedKey struct{}

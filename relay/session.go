@@ -79,6 +79,10 @@ type stream struct {
 // makes it end (takeover).
 type attachment struct {
 	kick chan struct{}
+	// moved is set before kick is closed when the session moves to
+	// another replica: the client must come back (retry), not take the
+	// end for the end of the stream. Guarded by stream.mu.
+	moved bool
 	poll time.Duration // >0: the backend closed its stream asking to poll; guarded by stream.mu
 }
 
@@ -305,7 +309,7 @@ func (h *Handler) endSession(s *session, why string) {
 	if !ok {
 		return
 	}
-	kickAll(sts)
+	kickAll(sts, false)
 	if err := h.store.DeleteSession(context.WithoutCancel(h.ctx), s.id); err != nil && !errors.Is(err, eventlog.ErrNotFound) {
 		h.log.Error("deleting session from the store", logSession, s.id, "err", err)
 	}
@@ -359,11 +363,13 @@ func (h *Handler) detachSession(s *session) ([]*stream, backend.Session, bool) {
 	return sts, bs, true
 }
 
-// kickAll closes the client connections attached to sts.
-func kickAll(sts []*stream) {
+// kickAll closes the client connections attached to sts; with moved, each
+// is told to come back (the session goes on elsewhere).
+func kickAll(sts []*stream, moved bool) {
 	for _, st := range sts {
 		st.mu.Lock()
 		if st.conn != nil {
+			st.conn.moved = moved
 			close(st.conn.kick)
 			st.conn = nil
 		}

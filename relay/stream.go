@@ -145,9 +145,9 @@ func (h *Handler) follow(r *http.Request, c *sseConn, s *session, st *stream, a 
 		if c.flush() != nil {
 			return nil, false
 		}
-		if p.ReplayDone(cursor) {
-			if r := p.ResetAfterDue(lastType); r != "" {
-				c.reset(resume.Reset{Reason: r, Stream: key, Generation: p.Generation})
+		if p.ReplayDone(cursor, resume.Stream{LastSeq: rec.LastSeq, Terminal: rec.Terminal}) {
+			if reason := p.ResetAfterDue(lastType); reason != "" {
+				c.reset(resume.Reset{Reason: reason, Stream: key, Generation: p.Generation})
 			}
 			if p.Then == resume.CurrentStandalone {
 				return h.switchStandalone(r, s)
@@ -186,6 +186,12 @@ func (h *Handler) follow(r *http.Request, c *sseConn, s *session, st *stream, a 
 		select {
 		case <-st.wake:
 		case <-a.kick:
+			st.mu.Lock()
+			moved := a.moved
+			st.mu.Unlock()
+			if moved {
+				c.retry(p.Stream, p.Generation, cursor, 100*time.Millisecond)
+			}
 			return nil, true
 		case <-ctx.Done():
 			return nil, false

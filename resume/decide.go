@@ -2,6 +2,7 @@ package resume
 
 import (
 	"errors"
+	"math"
 	"net/http"
 )
 
@@ -89,10 +90,15 @@ type Plan struct {
 	ResetBefore Reason // "" or ReasonUnknownStream, ReasonGap
 	Replay      bool
 	From        uint64
-	UpTo        uint64 // with Then != Live, the replay stops after this seq: what the log held when the decision was made
+	UpTo        uint64 // with Then != Live, the replay stops after this seq: the seal, or UntilSeal
 	ResetAfter  Reason // "" or ReasonGenerationChanged
 	Then        Next
 }
+
+// UntilSeal as a Plan's UpTo means: the old generation's stream is not
+// sealed yet; deliver what comes, live, up to and including its terminal
+// event (the seal), then go on as Then says.
+const UntilSeal = math.MaxUint64
 
 // Tail is the plan of a connection that follows a live stream from after
 // seq: a new request stream (seq 0), or a standalone stream opened by a GET
@@ -121,7 +127,8 @@ type Decision struct {
 //  4. 409 foreign_stream: the stream belongs to another session.
 //  5. 200 unknown_stream: reset unknown_stream, then end.
 //  6. 200 generation_changed: reset gap first if the cursor is in a hole
-//     or ahead of the log, replay up to the seal, reset
+//     or ahead of the log, replay up to the seal (waiting for it, live, if
+//     the stream is not sealed yet: UpTo is UntilSeal), reset
 //     generation_changed, then the current standalone stream (standalone)
 //     or end (request stream).
 //  7. 200 gap: reset gap, replay what is retained, then live or end. A
@@ -166,6 +173,13 @@ func Decide(in Input) Decision {
 	if cur.Generation != sess.Incarnation || st.Generation != sess.Incarnation {
 		p := replay
 		p.ResetAfter, p.Then = ReasonGenerationChanged, End
+		if !st.Terminal {
+			// Not sealed yet: the relay that re-creates the backend seals
+			// the old generation's streams after it records the new
+			// incarnation (another replica may be doing it right now).
+			// Wait for the seal; it tells what was lost.
+			p.UpTo = UntilSeal
+		}
 		if hole || ahead {
 			p.ResetBefore = ReasonGap
 		}
@@ -216,9 +230,17 @@ func (p Plan) Delivers(seq uint64) bool {
 }
 
 // ReplayDone reports whether a plan that does not go live has delivered
-// everything up to UpTo once the connection's cursor is at seq.
-func (p Plan) ReplayDone(seq uint64) bool {
-	return p.Then != Live && seq >= p.UpTo
+// everything it replays, once the connection's cursor is at seq and the
+// log's stream is as given: past UpTo, or (UntilSeal) at its terminal
+// event.
+func (p Plan) ReplayDone(seq uint64, st Stream) bool {
+	if p.Then == Live {
+		return false
+	}
+	if p.UpTo == UntilSeal {
+		return st.Terminal && seq >= st.LastSeq
+	}
+	return seq >= p.UpTo
 }
 
 // ResetAfterDue returns the reset to send once the replay is done: the

@@ -157,6 +157,9 @@ func TestDecide(t *testing.T) {
 				if tt.in.Stream != nil {
 					tt.want.Plan.Generation = tt.in.Stream.Generation
 					tt.want.Plan.UpTo = tt.in.Stream.LastSeq
+					if tt.want.Row == 6 && !tt.in.Stream.Terminal {
+						tt.want.Plan.UpTo = UntilSeal // not sealed yet: wait for the seal
+					}
 				}
 			}
 			if got := Decide(tt.in); got != tt.want {
@@ -233,7 +236,11 @@ func checkInvariants(t *testing.T, in Input, d Decision) {
 		if (hole || ahead) != (p.ResetBefore == ReasonGap) {
 			fail("a hole or a cursor ahead of the log must be announced with a gap reset first, and only those")
 		}
-		if !p.Replay || p.From != cur.Seq || p.UpTo != st.LastSeq || p.Generation != st.Generation {
+		upTo := st.LastSeq
+		if d.Row == 6 && !st.Terminal {
+			upTo = UntilSeal
+		}
+		if !p.Replay || p.From != cur.Seq || p.UpTo != upTo || p.Generation != st.Generation {
 			fail("every 200 here replays after the cursor, up to what the log holds, in the stream's generation")
 		}
 		if st.Terminal && p.Then == Live {

@@ -37,11 +37,17 @@ func TestPlanEndOfReplay(t *testing.T) {
 	if !sealed.Delivers(10) || sealed.Delivers(11) {
 		t.Error("a replay delivers up to UpTo and not past it (events appended after the decision)")
 	}
-	if live.ReplayDone(10) || live.ReplayDone(1000) {
+	open := Stream{LastSeq: 12}
+	done := Stream{LastSeq: 12, Terminal: true}
+	if live.ReplayDone(10, done) || live.ReplayDone(1000, done) {
 		t.Error("a live plan never ends its replay")
 	}
-	if sealed.ReplayDone(9) || !sealed.ReplayDone(10) || !sealed.ReplayDone(11) {
+	if sealed.ReplayDone(9, open) || !sealed.ReplayDone(10, open) || !sealed.ReplayDone(11, open) {
 		t.Error("a replay is done at UpTo")
+	}
+	waiting := Plan{Replay: true, From: 3, UpTo: UntilSeal, ResetAfter: ReasonGenerationChanged, Then: End}
+	if !waiting.Delivers(1<<40) || waiting.ReplayDone(12, open) || waiting.ReplayDone(11, done) || !waiting.ReplayDone(12, done) {
+		t.Error("a replay UntilSeal delivers everything and is done at the stream's terminal event only")
 	}
 	if got := sealed.ResetAfterDue(""); got != ReasonGenerationChanged {
 		t.Errorf("after an ordinary event the reset is due, got %q", got)

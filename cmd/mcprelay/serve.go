@@ -18,7 +18,9 @@ import (
 	"github.com/mcprelay/mcprelay/backend"
 	"github.com/mcprelay/mcprelay/eventlog"
 	"github.com/mcprelay/mcprelay/exampleserver"
+	"github.com/mcprelay/mcprelay/eventlog/redisstore"
 	"github.com/mcprelay/mcprelay/relay"
+	"github.com/mcprelay/mcprelay/relay/redisreplicas"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -42,6 +44,9 @@ func serve(args []string) error {
 		logFormat     = fs.String("log-format", "text", "log format: text or json")
 		logLevel      = fs.String("log-level", "info", "log level: debug, info, warn or error")
 		shutdownGrace = fs.Duration("shutdown-timeout", 10*time.Second, "how long to wait for streams to close on SIGINT/SIGTERM")
+		advertise     = fs.String("advertise", "", "with --store redis://: the URL at which other replicas reach this one's MCP endpoint (default: http://ADDR/mcp from the listener)")
+		secretFile    = fs.String("secret-file", "", "with --store redis://: read the relay secret (at least 32 bytes, mode 0600) from this file instead of sharing one through Redis")
+		leaseTTL      = fs.Duration("lease-ttl", 2*time.Second, "with --store redis://: how long a session's owner lease lasts unrenewed (the longest a session waits for a new owner after a replica dies)")
 		authOpts      = addAuthFlags(fs)
 	)
 	if err := fs.Parse(args); err != nil {
@@ -83,7 +88,28 @@ func serve(args []string) error {
 		return err
 	}
 	defer store.Close()
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	var cluster relay.Cluster
+	if rs, ok := store.(*redisstore.Store); ok {
+		self, err := advertiseURL(*advertise, ln.Addr())
+		if err != nil {
+			return err
+		}
+		if *secretFile != "" {
+			if secret, err = loadSecretFile(*secretFile); err != nil {
+				return err
+			}
+		}
+		cluster = redisreplicas.New(rs, self)
+	} else if *advertise != "" || *secretFile != "" {
+		return errors.New("serve: --advertise and --secret-file go with --store redis://")
+	}
 	h, err := relay.New(relay.Options{
+		Cluster:            cluster,
+		LeaseTTL:           *leaseTTL,
 		Backend:            up,
 		Store:              store,
 		Secret:             secret,
@@ -104,10 +130,6 @@ func serve(args []string) error {
 	mux.Handle("/mcp", authn.protect(h))
 	authn.mount(mux)
 	mux.Handle("/metrics", h.Metrics())
-	ln, err := net.Listen("tcp", *addr)
-	if err != nil {
-		return err
-	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -118,8 +140,11 @@ func serve(args []string) error {
 		target = *upstream
 	}
 	where := "memory"
-	if *storeKind == "disk" {
+	switch {
+	case *storeKind == "disk":
 		where = *dataDir
+	case cluster != nil:
+		where = "redis, replica " + cluster.Self()
 	}
 	log.Info("mcprelay listening", "url", "http://"+ln.Addr().String()+"/mcp", "upstream", target, "store", where)
 
@@ -161,4 +186,21 @@ func newLogger(format, level string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(os.Stderr, o)), nil
 	}
 	return nil, fmt.Errorf("--log-format must be text or json, got %q", format)
+}
+
+// advertiseURL is --advertise, or the MCP endpoint's URL on the listener's
+// address when it names a host other replicas can reach.
+func advertiseURL(flagValue string, addr net.Addr) (string, error) {
+	if flagValue != "" {
+		u, err := url.Parse(flagValue)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return "", fmt.Errorf("serve: --advertise must be an http(s) URL, got %q", flagValue)
+		}
+		return flagValue, nil
+	}
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok || tcp.IP.IsUnspecified() {
+		return "", fmt.Errorf("serve: listening on %s: give --advertise, the URL other replicas reach this one at", addr)
+	}
+	return "http://" + tcp.String() + "/mcp", nil
 }

@@ -139,3 +139,12 @@ func redisURLHasPassword(url string) bool {
 	_, pass, ok := strings.Cut(host[:at], ":")
 	return ok && pass != ""
 }
+
+// loadSecretFile reads a relay secret that must already exist (mode 0600,
+// at least 32 bytes): replicas given one file share it.
+func loadSecretFile(path string) ([]byte, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("--secret-file: %w", err)
+	}
+	return loadSecret(path)
+}
