@@ -147,7 +147,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	co, err := rueidis.ParseURL(opts.URL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errBadURL, err)
+		// The parser's message may quote the URL, password and all.
+		msg := strings.ReplaceAll(err.Error(), opts.URL, redactURL(opts.URL))
+		return nil, fmt.Errorf("%w: %s", errBadURL, msg)
 	}
 	if opts.Password != "" {
 		co.Password = opts.Password

@@ -26,7 +26,7 @@ import (
 //
 // All watchers of a Store share one pub/sub connection, opened on first
 // use and reopened after a failure; channels are subscribed while they
-// have watchers.
+// have watchers. After Close, Watch returns a channel that never fires.
 func (s *Store) Watch(key string) (wake <-chan struct{}, stop func()) {
 	return s.hub.watch(s.channel(key))
 }
