@@ -102,3 +102,47 @@ func TestKeyLayout(t *testing.T) {
 		t.Errorf("the other session's stream: %v", err)
 	}
 }
+
+// TestIndexRepairAndStaleCache: an index entry left without its stream
+// (a crash between a deletion and its index cleanup) does not block the
+// key; a Store whose cached session of a key went stale finds the key's
+// new session.
+func TestIndexRepairAndStaleCache(t *testing.T) {
+	srv := redistest.Start(t)
+	adm := admin(t, srv)
+	a, b := pair(t, srv)
+	ctx := t.Context()
+	mustCreate(t, a, "s1", "k")
+	appendData(t, a, "k", "old")
+	prefix := ""
+	for _, k := range keysUnder(t, adm, "*:x:k") {
+		prefix = strings.TrimSuffix(k, ":x:k")
+	}
+	if prefix == "" {
+		t.Fatal("no index entry for k")
+	}
+	if err := adm.Do(ctx, adm.B().Set().Key(prefix+":x:ghost").Value("gone-session").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.CreateStream(ctx, &eventlog.Stream{Key: "ghost", Session: "s1", Generation: 1}); err != nil {
+		t.Errorf("CreateStream over a stale index entry: %v", err)
+	}
+	// b deletes s1 and creates k again in s2; a has s1 cached for k.
+	if err := b.DeleteSession(ctx, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.CreateSession(ctx, &eventlog.Session{ID: "s2", Incarnation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.CreateStream(ctx, &eventlog.Stream{Key: "k", Session: "s2", Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	appendData(t, b, "k", "new")
+	rec, evs, err := a.Read(ctx, "k", 0, 10, nil)
+	if err != nil || rec.Session != "s2" || len(evs) != 1 || string(evs[0].Data) != "new" {
+		t.Fatalf("Read through a stale cache = %+v, %v, %v; want s2's event", rec, evs, err)
+	}
+	if last, err := a.Append(ctx, "k", false, eventlog.Event{Data: []byte("more")}); err != nil || last != 2 {
+		t.Errorf("Append through the refreshed cache = %d, %v; want 2", last, err)
+	}
+}

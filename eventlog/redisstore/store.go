@@ -306,14 +306,15 @@ func (s *Store) UpdateSession(ctx context.Context, sess *eventlog.Session) error
 	return mapErr(s.exec(ctx, luaUpdateSession, b+"s", b, s.token(sess.ID), rueidis.BinaryString(encodeSession(sess))).Error())
 }
 
-// DeleteSession implements [eventlog.Sessions]. It is not fenced, and it
-// also deletes the session's lease and fencing counter.
+// DeleteSession implements [eventlog.Sessions]. It is not fenced, it also
+// deletes the session's lease and fencing counter, and it wakes the
+// watchers of the session's streams (which then read ErrNotFound).
 func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
 	b := s.base(id)
-	keys, err := s.exec(ctx, luaDeleteSession, b+"s", b).AsStrSlice()
+	keys, err := s.exec(ctx, luaDeleteSession, b+"s", b, s.channel("")).AsStrSlice()
 	if err != nil {
 		return mapErr(err)
 	}

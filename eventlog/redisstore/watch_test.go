@@ -59,6 +59,10 @@ func TestWatchAcrossStores(t *testing.T) {
 		t.Errorf("a watcher of another stream was woken")
 	case <-time.After(200 * time.Millisecond):
 	}
+	if err := b.DeleteSession(t.Context(), "s1"); err != nil {
+		t.Fatal(err)
+	}
+	awaitWake(t, wake, 5*time.Second, "deletion of the session by the other store")
 }
 
 // TestWatchSharesOneConnection: 100 watchers of a store cost one pub/sub
