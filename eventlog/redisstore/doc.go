@@ -69,8 +69,9 @@
 //
 // The store is as durable as Redis is configured to be. With appendonly
 // yes and appendfsync always nothing acknowledged is lost; with everysec
-// a power loss (not a killed process) loses up to about the last second;
-// without persistence, or after a failover to a replica that lagged, more.
+// up to about the last second or two, even when only redis-server is
+// killed; without persistence, or after a failover to a replica that
+// lagged, more.
 // What is lost is always a suffix of whole scripts: a stream's seq counter
 // and its events are lost together, never one without the other. A Store
 // remembers the highest seq it has seen of each stream; if it then finds a

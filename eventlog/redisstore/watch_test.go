@@ -118,7 +118,7 @@ func TestWatchSharesOneConnection(t *testing.T) {
 // woken once resubscribed (they may have missed appends) and then by new
 // appends.
 func TestWatchResubscribesAfterRestart(t *testing.T) {
-	srv := redistest.StartWith(t, redistest.Options{AppendOnly: true})
+	srv := redistest.StartWith(t, redistest.Options{AppendOnly: true, AppendFsync: "always"})
 	a, b := pair(t, srv)
 	mustCreate(t, b, "s1", "k")
 	wake, stop := a.Watch("k")
