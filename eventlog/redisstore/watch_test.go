@@ -140,17 +140,55 @@ func TestWatchResubscribesAfterRestart(t *testing.T) {
 	awaitWake(t, wake, 5*time.Second, "append after the restart")
 }
 
+// TestWatchAfterClose: Close ends the pub/sub connection; stopping a
+// watcher after Close, and watching after Close, return at once, and the
+// latter's channel never fires.
 func TestWatchAfterClose(t *testing.T) {
 	srv := redistest.Start(t)
-	st, err := redisstore.Open(t.Context(), redisstore.Options{URL: srv.URL(), Prefix: freshPrefix()})
+	adm := admin(t, srv)
+	subscribers := func() int64 {
+		v, err := adm.Do(t.Context(), adm.B().PubsubNumsub().Channel("wac:w:k").Build()).AsIntMap()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v["wac:w:k"]
+	}
+	st, err := redisstore.Open(t.Context(), redisstore.Options{URL: srv.URL(), Prefix: "wac"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, stop := st.Watch("k")
+	wake, stop := st.Watch("k")
+	awaitWake(t, wake, 5*time.Second, "subscription")
+	if n := subscribers(); n != 1 {
+		t.Fatalf("%d subscribers before Close, want 1", n)
+	}
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
-	stop()
-	_, stop = st.Watch("k2")
-	stop()
+	done := make(chan struct{})
+	var late <-chan struct{}
+	go func() {
+		defer close(done)
+		stop()
+		var stop2 func()
+		late, stop2 = st.Watch("k")
+		stop2()
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("stop or Watch after Close did not return")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for subscribers() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("still subscribed after Close")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case <-late:
+		t.Error("a watcher made after Close was woken")
+	case <-time.After(100 * time.Millisecond):
+	}
 }
