@@ -125,6 +125,16 @@ func TestLeaseZombieFenced(t *testing.T) {
 	if last, err := b.Append(ctx, "k", false, eventlog.Event{Data: []byte("2")}); err != nil || last != 2 {
 		t.Errorf("Append by the new holder = %d, %v; want 2", last, err)
 	}
+	// A session leased before it exists is created by its holder only.
+	if _, err := b.AcquireLease(ctx, "s9", "http://b", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.CreateSession(ctx, &eventlog.Session{ID: "s9", Incarnation: 1}); !errors.Is(err, eventlog.ErrFenced) {
+		t.Errorf("CreateSession of a session leased by another: %v, want ErrFenced", err)
+	}
+	if err := b.CreateSession(ctx, &eventlog.Session{ID: "s9", Incarnation: 1}); err != nil {
+		t.Errorf("CreateSession by the holder: %v", err)
+	}
 	if _, _, err := a.Read(ctx, "k2", 0, 10, nil); !errors.Is(err, eventlog.ErrNotFound) {
 		t.Errorf("the fenced CreateStream left a stream behind: %v", err)
 	}

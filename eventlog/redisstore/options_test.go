@@ -53,6 +53,7 @@ func TestOpenURL(t *testing.T) {
 		{"no password", redisstore.Options{URL: "redis://" + host + "/0"}, "NOAUTH"},
 		{"wrong password", redisstore.Options{URL: "redis://:wrong@" + host + "/0"}, "WRONGPASS"},
 		{"not a redis URL", redisstore.Options{URL: "http://" + host}, "redisstore: bad URL"},
+		{"unparsable URL", redisstore.Options{URL: "redis://:s3cret@" + host + ":x/0"}, "redisstore: bad URL"},
 		{"brace in prefix", redisstore.Options{URL: "redis://:s3cret@" + host + "/0", Prefix: "a{b"}, "brace"},
 	}
 	for _, tc := range cases {

@@ -108,7 +108,8 @@ redis.call('HSET', KEYS[1], 'r', ARGV[3])
 return 1
 `
 
-// scriptDeleteSession: ARGV base. Returns the session's stream keys.
+// scriptDeleteSession: ARGV base, watch channel prefix. Returns the
+// session's stream keys, and wakes their watchers.
 const scriptDeleteSession = luaCommon + `
 if redis.call('HEXISTS', KEYS[1], 'r') == 0 then return redis.error_reply('NOTFOUND') end
 local ks = redis.call('HGETALL', base .. 'k')
@@ -116,6 +117,7 @@ local keys = {}
 for i = 1, #ks, 2 do
   keys[#keys + 1] = ks[i]
   redis.call('UNLINK', base .. 'm:' .. ks[i + 1], base .. 'e:' .. ks[i + 1])
+  redis.call('PUBLISH', ARGV[2] .. ks[i], 0)
 end
 redis.call('UNLINK', KEYS[1], base .. 'k', base .. 'o', base .. 'x', base .. 'f', base .. 'l')
 return keys

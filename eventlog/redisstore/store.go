@@ -147,7 +147,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	co, err := rueidis.ParseURL(opts.URL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errBadURL, err)
+		// The parser's message may quote the URL, password and all.
+		msg := strings.ReplaceAll(err.Error(), opts.URL, redactURL(opts.URL))
+		return nil, fmt.Errorf("%w: %s", errBadURL, msg)
 	}
 	if opts.Password != "" {
 		co.Password = opts.Password
@@ -304,14 +306,15 @@ func (s *Store) UpdateSession(ctx context.Context, sess *eventlog.Session) error
 	return mapErr(s.exec(ctx, luaUpdateSession, b+"s", b, s.token(sess.ID), rueidis.BinaryString(encodeSession(sess))).Error())
 }
 
-// DeleteSession implements [eventlog.Sessions]. It is not fenced, and it
-// also deletes the session's lease and fencing counter.
+// DeleteSession implements [eventlog.Sessions]. It is not fenced, it also
+// deletes the session's lease and fencing counter, and it wakes the
+// watchers of the session's streams (which then read ErrNotFound).
 func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
 	b := s.base(id)
-	keys, err := s.exec(ctx, luaDeleteSession, b+"s", b).AsStrSlice()
+	keys, err := s.exec(ctx, luaDeleteSession, b+"s", b, s.channel("")).AsStrSlice()
 	if err != nil {
 		return mapErr(err)
 	}

@@ -13,7 +13,8 @@ import (
 
 // Watch returns a channel that receives a value when the stream key may
 // have new events: after an append to it by any Store on this Redis
-// (every Append publishes to the stream's channel), and when this Store
+// (every Append publishes to the stream's channel), when its session is
+// deleted, and when this Store
 // has (re)subscribed to that channel, since appends may have been missed
 // before. The channel has a buffer of one and wakes are coalesced, so a
 // reader that is woken should read everything after its cursor. Call stop
@@ -26,7 +27,7 @@ import (
 //
 // All watchers of a Store share one pub/sub connection, opened on first
 // use and reopened after a failure; channels are subscribed while they
-// have watchers.
+// have watchers. After Close, Watch returns a channel that never fires.
 func (s *Store) Watch(key string) (wake <-chan struct{}, stop func()) {
 	return s.hub.watch(s.channel(key))
 }

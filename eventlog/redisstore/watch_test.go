@@ -59,6 +59,10 @@ func TestWatchAcrossStores(t *testing.T) {
 		t.Errorf("a watcher of another stream was woken")
 	case <-time.After(200 * time.Millisecond):
 	}
+	if err := b.DeleteSession(t.Context(), "s1"); err != nil {
+		t.Fatal(err)
+	}
+	awaitWake(t, wake, 5*time.Second, "deletion of the session by the other store")
 }
 
 // TestWatchSharesOneConnection: 100 watchers of a store cost one pub/sub
@@ -114,7 +118,7 @@ func TestWatchSharesOneConnection(t *testing.T) {
 // woken once resubscribed (they may have missed appends) and then by new
 // appends.
 func TestWatchResubscribesAfterRestart(t *testing.T) {
-	srv := redistest.StartWith(t, redistest.Options{AppendOnly: true})
+	srv := redistest.StartWith(t, redistest.Options{AppendOnly: true, AppendFsync: "always"})
 	a, b := pair(t, srv)
 	mustCreate(t, b, "s1", "k")
 	wake, stop := a.Watch("k")
@@ -136,17 +140,55 @@ func TestWatchResubscribesAfterRestart(t *testing.T) {
 	awaitWake(t, wake, 5*time.Second, "append after the restart")
 }
 
+// TestWatchAfterClose: Close ends the pub/sub connection; stopping a
+// watcher after Close, and watching after Close, return at once, and the
+// latter's channel never fires.
 func TestWatchAfterClose(t *testing.T) {
 	srv := redistest.Start(t)
-	st, err := redisstore.Open(t.Context(), redisstore.Options{URL: srv.URL(), Prefix: freshPrefix()})
+	adm := admin(t, srv)
+	subscribers := func() int64 {
+		v, err := adm.Do(t.Context(), adm.B().PubsubNumsub().Channel("wac:w:k").Build()).AsIntMap()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v["wac:w:k"]
+	}
+	st, err := redisstore.Open(t.Context(), redisstore.Options{URL: srv.URL(), Prefix: "wac"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, stop := st.Watch("k")
+	wake, stop := st.Watch("k")
+	awaitWake(t, wake, 5*time.Second, "subscription")
+	if n := subscribers(); n != 1 {
+		t.Fatalf("%d subscribers before Close, want 1", n)
+	}
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
-	stop()
-	_, stop = st.Watch("k2")
-	stop()
+	done := make(chan struct{})
+	var late <-chan struct{}
+	go func() {
+		defer close(done)
+		stop()
+		var stop2 func()
+		late, stop2 = st.Watch("k")
+		stop2()
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("stop or Watch after Close did not return")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for subscribers() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("still subscribed after Close")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case <-late:
+		t.Error("a watcher made after Close was woken")
+	case <-time.After(100 * time.Millisecond):
+	}
 }
