@@ -535,7 +535,7 @@ func TestReplicasZombie(t *testing.T) {
 	if c2.outcome != "result" || c2.gen != sess.Incarnation {
 		t.Errorf("POST to the woken zombie ended %q in generation %d, want a result in the new owner's generation %d", c2.outcome, c2.gen, sess.Incarnation)
 	}
-	if h, _, err := st.Holder(ctx, sid); err != nil || h.Owner != b.url() {
+	if h, _, err := st.Holder(ctx, sid); err != nil || !strings.HasPrefix(h.Owner, b.url()+"#") {
 		t.Errorf("lease holder %+v (%v), want %s", h, err, b.url())
 	}
 	v.report(t)

@@ -80,6 +80,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, owner string, 
 		retryAfter(w, time.Second, "the session is moving between replicas")
 		return
 	}
+	owner, _, _ = strings.Cut(owner, "#") // a lease owner may carry a per-process nonce
 	req, err := http.NewRequestWithContext(r.Context(), r.Method, owner, bytes.NewReader(body))
 	if err != nil {
 		retryAfter(w, time.Second, "the session's owner cannot be reached")

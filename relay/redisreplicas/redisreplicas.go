@@ -20,6 +20,8 @@ package redisreplicas
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"time"
 
@@ -28,20 +30,29 @@ import (
 )
 
 type cluster struct {
-	st   *redisstore.Store
-	self string
+	st    *redisstore.Store
+	self  string
+	owner string // self#nonce: the lease owner, unique to this process
 }
 
 // New returns the relay.Cluster of the replica reachable at self (its MCP
 // endpoint's URL), sharing st's Redis with the other replicas.
+//
+// Leases are taken in the name of self plus a nonce of this process: a
+// replica restarted under the same URL while its old process still lives
+// (paused) gets a new fencing token, so the old one is fenced. The nonce
+// is a URL fragment, which HTTP clients never send: the lease's owner is
+// still the address to forward to.
 func New(st *redisstore.Store, self string) relay.Cluster {
-	return &cluster{st: st, self: self}
+	var nonce [8]byte
+	rand.Read(nonce[:])
+	return &cluster{st: st, self: self, owner: self + "#" + hex.EncodeToString(nonce[:])}
 }
 
 func (c *cluster) Self() string { return c.self }
 
 func (c *cluster) Acquire(ctx context.Context, session string, ttl time.Duration) (relay.Lease, error) {
-	l, err := c.st.AcquireLease(ctx, session, c.self, ttl)
+	l, err := c.st.AcquireLease(ctx, session, c.owner, ttl)
 	var held *redisstore.HeldError
 	if errors.As(err, &held) {
 		return relay.Lease{}, &relay.LeaseHeldError{Holder: relay.Lease(held.Holder)}
