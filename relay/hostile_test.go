@@ -86,3 +86,44 @@ func TestBackendRecreationIsBounded(t *testing.T) {
 		t.Fatalf("past the bound: %s (Retry-After %q), want 503 with Retry-After", last.Status, last.Header.Get("Retry-After"))
 	}
 }
+
+// Ids are matched by their JSON value: a backend (the Go SDK) that decodes
+// and re-encodes 1.0 as 1, -0 as 0 or "\u0061" as "a" still answers the
+// call. Before, the relay missed the response: the client got the result,
+// then a -32001 for the same id.
+func TestIDsMatchByValue(t *testing.T) {
+	e := newEnv(t, relay.Options{})
+	s := e.initialize("2025-11-25", "")
+	for _, id := range []string{`1.0`, `-0`, `"\u0061"`, `1e1`, `7`} {
+		resp := s.post(`{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"count","arguments":{"n":1}}}`)
+		evs, ended := events(t, resp, 0, 10*time.Second)
+		data := dataEvents(evs)
+		if !ended || len(data) != 1 {
+			t.Fatalf("id %s: ended=%v, %d events, want the response alone: %+v", id, ended, len(data), evs)
+		}
+		if m := decode(t, data[0].Data); m.Result == nil || m.Error != nil {
+			t.Errorf("id %s: %s, want the result", id, data[0].Data)
+		}
+		if n := e.relay.Counts()["lost"]; n != 0 {
+			t.Fatalf("id %s: %d requests reported lost", id, n)
+		}
+	}
+}
+
+// Ids the relay refuses: too long (it keeps ids with every stream), not a
+// string or number, not UTF-8.
+func TestBadIDs(t *testing.T) {
+	e := newEnv(t, relay.Options{})
+	s := e.initialize("2025-11-25", "")
+	for name, id := range map[string]string{
+		"too long":  `"` + strings.Repeat("x", 401) + `"`,
+		"object":    `{"a":1}`,
+		"bool":      `true`,
+		"bad utf-8": "\"\xff\xfe\"",
+	} {
+		resp := s.post(`{"jsonrpc":"2.0","id":` + id + `,"method":"tools/list"}`)
+		if b := readBody(t, resp); resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("%s: %s %s, want 400", name, resp.Status, b)
+		}
+	}
+}

@@ -150,7 +150,7 @@ func (h *Handler) sealStored(ctx context.Context, s *session, gen uint64) {
 		}
 		st.pending = make(map[string]json.RawMessage)
 		for _, id := range requestIDs(rec.RequestID) {
-			st.pending[string(id)] = id
+			st.pending[matchKey(id)] = id
 		}
 		h.loseStream(st, resume.ReasonBackendLost, "mcprelay: request lost: the relay restarted before its response")
 	}

@@ -4,6 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"unicode/utf8"
 
 	"github.com/mcprelay/mcprelay/resume"
 )
@@ -47,8 +51,78 @@ func parseMessages(data []byte) (msgs []message, batch bool, err error) {
 		if msgs[i].Method == "" && len(msgs[i].ID) == 0 {
 			return nil, batch, errNotJSONRPC
 		}
+		if err := checkID(msgs[i].ID); err != nil {
+			return nil, batch, err
+		}
 	}
 	return msgs, batch, nil
+}
+
+// maxIDBytes bounds a JSON-RPC id: the relay keeps ids with every stream
+// and writes them into its errors.
+const maxIDBytes = 400
+
+var (
+	errIDTooLong = fmt.Errorf("relay: JSON-RPC id longer than %d bytes", maxIDBytes)
+	errIDType    = errors.New("relay: JSON-RPC id must be a string or a number")
+	errIDUTF8    = errors.New("relay: JSON-RPC id is not valid UTF-8")
+)
+
+// checkID validates a request's id (nil: none).
+func checkID(id json.RawMessage) error {
+	switch {
+	case len(id) == 0:
+		return nil
+	case len(id) > maxIDBytes:
+		return errIDTooLong
+	case id[0] == '"':
+		var s string
+		if json.Unmarshal(id, &s) != nil || !utf8.Valid(id) {
+			return errIDUTF8
+		}
+	case id[0] == '-' || id[0] >= '0' && id[0] <= '9':
+	default:
+		return errIDType
+	}
+	return nil
+}
+
+// matchKey is the key under which a JSON-RPC id is matched: two ids match
+// when their JSON values are equal (1, 1.0 and 1e0 are one number; "a" and
+// "\u0061" one string), as peers that decode and re-encode ids see them.
+// The relay still writes ids back byte for byte as the client sent them.
+func matchKey(id json.RawMessage) string {
+	if len(id) == 0 {
+		return ""
+	}
+	if id[0] == '"' {
+		if bytes.IndexByte(id, '\\') < 0 {
+			return string(id)
+		}
+		var s string
+		if json.Unmarshal(id, &s) != nil {
+			return string(id)
+		}
+		return `"` + s + `"`
+	}
+	if bytes.IndexAny(id, ".eE") < 0 {
+		// An integer literal: JSON allows no leading zeros, so it is
+		// canonical already but for minus zero.
+		if string(id) == "-0" {
+			return "0"
+		}
+		return string(id)
+	}
+	f, err := strconv.ParseFloat(string(id), 64)
+	switch {
+	case err != nil:
+		return string(id)
+	case f == 0:
+		return "0"
+	case f == math.Trunc(f) && math.Abs(f) < 1<<53:
+		return strconv.FormatInt(int64(f), 10)
+	}
+	return strconv.FormatFloat(f, 'g', -1, 64)
 }
 
 // route is the part of an upstream message the relay routes by. Decoding

@@ -252,7 +252,7 @@ func (h *Handler) noteCancelled(s *session, params json.RawMessage) {
 	if json.Unmarshal(params, &p) != nil {
 		return
 	}
-	id := string(idKey(p.RequestID))
+	id := matchKey(idKey(p.RequestID))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for st := range s.inflight {

@@ -102,7 +102,7 @@ func (h *Handler) readReply(ctx context.Context, st *stream, rep backend.Reply, 
 		}
 		ids := responseIDs(data, nil)
 		for _, id := range ids {
-			delete(want, string(id))
+			delete(want, matchKey(id))
 		}
 		select {
 		case ch <- routed{data: data, ids: ids}:
@@ -126,7 +126,7 @@ func (h *Handler) deliverBatch(st *stream, evs []eventlog.Event, ids [][]json.Ra
 		}
 		st.mu.Lock()
 		for _, id := range ids[i] {
-			delete(st.pending, string(id))
+			delete(st.pending, matchKey(id))
 		}
 		terminal = !st.standalone && len(st.pending) == 0
 		st.mu.Unlock()
@@ -156,7 +156,7 @@ func (h *Handler) routeUnrelated(s *session, gen uint64, data []byte) {
 		var target *stream
 		for st := range s.inflight {
 			st.mu.Lock()
-			_, ok := st.pending[string(ids[0])]
+			_, ok := st.pending[matchKey(ids[0])]
 			st.mu.Unlock()
 			if ok {
 				target = st

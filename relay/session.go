@@ -192,7 +192,7 @@ func (h *Handler) newStream(ctx context.Context, s *session, gen uint64, standal
 	if !standalone {
 		st.pending = make(map[string]json.RawMessage, len(ids))
 		for _, id := range ids {
-			st.pending[string(id)] = id
+			st.pending[matchKey(id)] = id
 		}
 		if len(ids) == 1 {
 			rec.RequestID = ids[0]
