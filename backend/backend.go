@@ -19,8 +19,10 @@
 package backend
 
 import (
+	"errors"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -39,6 +41,29 @@ type Upstream struct {
 	// Client sends the requests. Nil means a client on
 	// http.DefaultTransport. It must not set a Timeout: streams are long.
 	Client *http.Client
+
+	// ResponseTimeout bounds how long a request of a session (POST, DELETE,
+	// a GET that resumes a stream) waits for the backend's response
+	// headers; the answer's body may then stream for as long as it needs.
+	// A backend past it fails with ErrTimeout. Zero means 60s; negative
+	// means no bound.
+	ResponseTimeout time.Duration
+}
+
+// ErrTimeout reports a backend that did not start its answer within
+// Upstream.ResponseTimeout.
+var ErrTimeout = errors.New("backend: no answer within the response timeout")
+
+const defaultResponseTimeout = 60 * time.Second
+
+func (u *Upstream) responseTimeout() time.Duration {
+	switch {
+	case u.ResponseTimeout == 0:
+		return defaultResponseTimeout
+	case u.ResponseTimeout < 0:
+		return 0
+	}
+	return u.ResponseTimeout
 }
 
 // HTTPClient returns u.Client, or a default client if it is nil.

@@ -141,7 +141,43 @@ func (s *httpSession) do(ctx context.Context, method string, body []byte, lastEv
 	if lastEventID != "" {
 		req.Header.Set(headerLastEventID, lastEventID)
 	}
-	return s.u.HTTPClient().Do(req)
+	return doBounded(s.u.HTTPClient(), req, s.u.responseTimeout())
+}
+
+// doBounded sends req and fails with ErrTimeout if the response headers do
+// not come within d (0: no bound). The body, once it comes, is not bounded.
+func doBounded(c *http.Client, req *http.Request, d time.Duration) (*http.Response, error) {
+	if d <= 0 {
+		return c.Do(req)
+	}
+	ctx, cancel := context.WithCancelCause(req.Context())
+	t := time.AfterFunc(d, func() { cancel(ErrTimeout) })
+	resp, err := c.Do(req.WithContext(ctx))
+	if !t.Stop() {
+		if err == nil {
+			resp.Body.Close()
+		}
+		cancel(nil)
+		return nil, fmt.Errorf("%w (%v, %s %s)", ErrTimeout, d, req.Method, "backend")
+	}
+	if err != nil {
+		cancel(nil)
+		return nil, err
+	}
+	resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
+	return resp, nil
+}
+
+// cancelBody releases its request's context when closed.
+type cancelBody struct {
+	io.ReadCloser
+	cancel context.CancelCauseFunc
+}
+
+func (b *cancelBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel(nil)
+	return err
 }
 
 func (s *httpSession) isClosed() bool {

@@ -96,7 +96,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, owner string, 
 	resp, err := h.peers.Do(req)
 	if err != nil {
 		if r.Context().Err() == nil {
-			h.log.Warn("forwarding to the session's owner", logSession, r.Header.Get(headerSessionID), "owner", owner, "err", err)
+			h.log.Warn("forwarding to the session's owner", logSession, clip(r.Header.Get(headerSessionID)), "owner", owner, "err", err)
 		}
 		// The owner is gone or paused: its lease lapses soon, and then
 		// any replica takes the session over.

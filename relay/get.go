@@ -70,7 +70,7 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request) {
 	}
 	d := resume.Decide(in)
 	h.counts.add("resume/" + strconv.Itoa(d.Status) + "/" + string(d.Outcome))
-	attrs := []any{logSession, sid, logCursor, lei, logRow, d.Row, logStatus, d.Status, logReason, d.Outcome}
+	attrs := []any{logSession, clip(sid), logCursor, clip(lei), logRow, d.Row, logStatus, d.Status, logReason, d.Outcome}
 	switch {
 	case d.Status == http.StatusConflict:
 		h.log.Warn("tenant isolation: cursor of another session's stream", attrs...)

@@ -3,8 +3,10 @@ package relay_test
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -126,4 +128,91 @@ func TestBadIDs(t *testing.T) {
 			t.Errorf("%s: %s %s, want 400", name, resp.Status, b)
 		}
 	}
+}
+
+// A backend that never answers a POST: the client gets a 504 with a
+// JSON-RPC error under its id within the response timeout, and the backend
+// request is abandoned. Before, the client got nothing at all.
+func TestBackendHangs(t *testing.T) {
+	up := &hostile.Upstream{Next: backend.SDKHandler(testServer(nil), nil), HangMethod: "tools/call"}
+	be := backend.Handler(up)
+	be.ResponseTimeout = 300 * time.Millisecond
+	e := newEnv(t, relay.Options{Backend: be})
+	s := e.initialize("2025-11-25", "")
+	start := time.Now()
+	resp := s.post(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"count","arguments":{"n":1}}}`)
+	body := readBody(t, resp)
+	var m rpc
+	if resp.StatusCode != http.StatusGatewayTimeout || json.Unmarshal([]byte(body), &m) != nil || m.Error == nil || m.Error.Code != resume.CodeRequestLost || string(m.ID) != "3" {
+		t.Fatalf("got %s %s, want 504 with a -32001 error under id 3", resp.Status, body)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("answered after %v", d)
+	}
+	// The session goes on.
+	if resp := s.post(`{"jsonrpc":"2.0","id":4,"method":"ping"}`); resp.StatusCode != http.StatusOK {
+		t.Fatalf("ping after the timeout: %s", resp.Status)
+	}
+}
+
+// A backend JSON answer over 16 MiB is refused as too large, never relayed
+// cut short as a broken message: the call fails with -32001.
+func TestBackendOversizeJSON(t *testing.T) {
+	up := &hostile.Upstream{Next: backend.SDKHandler(testServer(nil), nil), OversizeMethod: "tools/list", OversizeBytes: backend.MaxMessageBytes + 10}
+	e := newEnv(t, relay.Options{Backend: backend.Handler(up)})
+	s := e.initialize("2025-11-25", "")
+	resp := s.post(`{"jsonrpc":"2.0","id":8,"method":"tools/list"}`)
+	evs, ended := events(t, resp, 0, 20*time.Second)
+	data := dataEvents(evs)
+	if !ended || len(data) == 0 {
+		t.Fatalf("ended=%v, %d events", ended, len(data))
+	}
+	for _, ev := range data[:len(data)-1] {
+		if ev.Type != resume.EventReset {
+			t.Fatalf("a part of the oversized answer was relayed: %.100s", ev.Data)
+		}
+	}
+	if m := decode(t, data[len(data)-1].Data); m.Error == nil || m.Error.Code != resume.CodeRequestLost {
+		t.Fatalf("last event %.200s, want a -32001 error", data[len(data)-1].Data)
+	}
+}
+
+// Client-supplied session IDs and cursors are cut short in the log: a
+// 100 KB header must not make a 100 KB log line.
+func TestLogValuesBounded(t *testing.T) {
+	var buf syncBuffer
+	e := newEnv(t, relay.Options{Logger: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	s := e.initialize("2025-11-25", "")
+	if resp := s.get(strings.Repeat("A", 100_000)); resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("huge cursor: %s", resp.Status)
+	}
+	h := s.headers()
+	h["Mcp-Session-Id"] = strings.Repeat("S", 100_000)
+	h["Last-Event-ID"] = "x"
+	e.do("GET", h, "")
+	for _, line := range strings.Split(buf.String(), "\n") {
+		if len(line) > 2000 {
+			t.Fatalf("log line of %d bytes: %.200s…", len(line), line)
+		}
+	}
+	if !strings.Contains(buf.String(), "resume rejected") {
+		t.Fatalf("the rejection was not logged: %s", buf.String())
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -31,7 +31,7 @@ func (h *Handler) restore(r *http.Request, id string) (*session, error) {
 		if errors.Is(err, eventlog.ErrNotFound) {
 			return nil, nil
 		}
-		h.log.Error("reading a session from the store", logSession, id, "err", err)
+		h.log.Error("reading a session from the store", logSession, clip(id), "err", err)
 		return nil, fmt.Errorf("%w: event log: %v", errUnavailable, err)
 	}
 	if rec.Principal != h.principal(r) {

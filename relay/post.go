@@ -355,12 +355,20 @@ func (h *Handler) writeBackendError(w http.ResponseWriter, ids []json.RawMessage
 		h.log.Warn("backend unavailable", "err", err)
 		return
 	}
+	status := http.StatusBadGateway
+	if errors.Is(err, backend.ErrTimeout) {
+		status = http.StatusGatewayTimeout
+	}
 	h.log.Warn("backend request failed", "err", err)
 	if len(ids) == 0 {
-		httpError(w, http.StatusBadGateway, "Bad Gateway: the backend failed")
+		httpError(w, status, http.StatusText(status)+": the backend failed")
 		return
 	}
-	writeJSONErrors(w, http.StatusBadGateway, ids, resume.CodeRequestLost, "mcprelay: request lost: the backend failed")
+	msg := "mcprelay: request lost: the backend failed"
+	if status == http.StatusGatewayTimeout {
+		msg = "mcprelay: request lost: the backend did not answer in time"
+	}
+	writeJSONErrors(w, status, ids, resume.CodeRequestLost, msg)
 }
 
 // writeJSON writes a JSON body.

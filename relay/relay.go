@@ -462,3 +462,13 @@ func accepts(r *http.Request) (jsonOK, sseOK bool) {
 	}
 	return
 }
+
+// clip bounds a client-supplied value in a log line (a 1 MB header must not
+// make a 1 MB line).
+func clip(v string) string {
+	const max = 64
+	if len(v) <= max {
+		return v
+	}
+	return fmt.Sprintf("%s…(%d bytes)", v[:max], len(v))
+}

@@ -30,6 +30,7 @@ func serve(args []string) error {
 		addr          = fs.String("addr", "127.0.0.1:8080", "listen address (the endpoint is /mcp)")
 		upstream      = fs.String("upstream", "", "URL of the Streamable HTTP MCP server to front (default: the built-in example server, in process)")
 		statelessURL  = fs.String("upstream-stateless", "", "URL for stateless 2026-07-28 requests, if the upstream serves them elsewhere (default: --upstream)")
+		upTimeout     = fs.Duration("upstream-timeout", 60*time.Second, "how long a request to the upstream waits for its response to start (the answer may then stream longer); negative: no bound")
 		storeKind     = fs.String("store", "disk", "event log: disk (survives restarts, in --data-dir), memory, or redis://HOST:PORT/DB or rediss://... (shared by replicas; password in the URL or $MCPRELAY_REDIS_PASSWORD)")
 		dataDir       = fs.String("data-dir", defaultDataDir(), "directory of the disk store and the relay secret")
 		syncPolicy    = fs.String("sync", "always", "disk store fsync policy: always (durable before a client sees it), interval or none")
@@ -78,6 +79,7 @@ func serve(args []string) error {
 		}
 		up = backend.Remote(*upstream)
 		up.StatelessURL = *statelessURL
+		up.ResponseTimeout = *upTimeout
 	}
 	authn, err := authOpts.setup(*addr, log)
 	if err != nil {
