@@ -83,7 +83,7 @@ type attachment struct {
 	// another replica: the client must come back (retry), not take the
 	// end for the end of the stream. Guarded by stream.mu.
 	moved bool
-	poll time.Duration // >0: the backend closed its stream asking to poll; guarded by stream.mu
+	poll  time.Duration // >0: the backend closed its stream asking to poll; guarded by stream.mu
 }
 
 func (st *stream) signal() {

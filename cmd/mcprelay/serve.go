@@ -17,8 +17,8 @@ import (
 
 	"github.com/mcprelay/mcprelay/backend"
 	"github.com/mcprelay/mcprelay/eventlog"
-	"github.com/mcprelay/mcprelay/exampleserver"
 	"github.com/mcprelay/mcprelay/eventlog/redisstore"
+	"github.com/mcprelay/mcprelay/exampleserver"
 	"github.com/mcprelay/mcprelay/relay"
 	"github.com/mcprelay/mcprelay/relay/redisreplicas"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
