@@ -1,16 +1,20 @@
 package relay_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/mcprelay/mcprelay/backend"
+	"github.com/mcprelay/mcprelay/eventlog"
 	"github.com/mcprelay/mcprelay/internal/hostile"
 	"github.com/mcprelay/mcprelay/relay"
 	"github.com/mcprelay/mcprelay/resume"
@@ -215,4 +219,59 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// flakyStore fails every Append while failing is set, as a store does
+// while Redis restarts or a disk is full.
+type flakyStore struct {
+	eventlog.Store
+	failing atomic.Bool
+	failed  atomic.Int64
+}
+
+func (f *flakyStore) Append(ctx context.Context, key string, terminal bool, evs ...eventlog.Event) (uint64, error) {
+	if f.failing.Load() {
+		f.failed.Add(1)
+		return 0, errors.New("flaky: store unavailable")
+	}
+	return f.Store.Append(ctx, key, terminal, evs...)
+}
+
+// A store that refuses appends for a while loses nothing: the relay holds
+// the events and retries, and the client receives every progress
+// notification and the result, without a gap. Before, each failed append
+// was dropped and the client saw a silent gap, or waited forever when the
+// response was the one dropped.
+func TestStoreOutageLosesNothing(t *testing.T) {
+	st := &flakyStore{Store: eventlog.NewMemory(eventlog.Retention{})}
+	e := newEnv(t, relay.Options{Store: st})
+	s := e.initialize("2025-11-25", "")
+	_, resp := s.call(20, 20, true)
+	first, _ := events(t, resp, 3, 5*time.Second)
+	st.failing.Store(true)
+	time.Sleep(400 * time.Millisecond)
+	st.failing.Store(false)
+	rest, ended := events(t, resp, 0, 20*time.Second)
+	if !ended {
+		t.Fatal("the call did not end")
+	}
+	if st.failed.Load() == 0 {
+		t.Fatal("no append failed: the test did not test anything")
+	}
+	if r := resets(t, rest); len(r) != 0 {
+		t.Fatalf("resets %v: nothing was lost, nothing to announce", r)
+	}
+	p := progressOf(t, append(first, rest...))
+	for i, v := range p {
+		if v != float64(i+1) {
+			t.Fatalf("progress %v: a gap", p)
+		}
+	}
+	if len(p) != 20 {
+		t.Fatalf("%d progress notifications, want 20", len(p))
+	}
+	last := decode(t, dataEvents(rest)[len(dataEvents(rest))-1].Data)
+	if last.Result == nil {
+		t.Fatalf("the call ended without its result: %+v", last)
+	}
 }

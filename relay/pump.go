@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"slices"
+	"time"
 
 	"github.com/mcprelay/mcprelay/backend"
 	"github.com/mcprelay/mcprelay/eventlog"
@@ -116,27 +118,57 @@ func (h *Handler) readReply(ctx context.Context, st *stream, rep backend.Reply, 
 // deliverBatch appends backend messages to a request stream in one Append
 // (one fsync with a durable store); ids[i] are the response ids in
 // evs[i]. The response completing the stream's pending ids carries the
-// terminal marker; anything after it is dropped. It reports whether the
-// stream is now terminal.
+// terminal marker; anything after it is dropped. A request counts as
+// answered only once its response is in the log: if the append fails, the
+// request stays pending, and the stream's seal reports it lost. It
+// reports whether the stream is now terminal.
 func (h *Handler) deliverBatch(st *stream, evs []eventlog.Event, ids [][]json.RawMessage) bool {
 	terminal := false
+	var answered []string
+	st.mu.Lock()
+	left := len(st.pending)
 	for i := range evs {
-		if len(ids[i]) == 0 {
-			continue
-		}
-		st.mu.Lock()
 		for _, id := range ids[i] {
-			delete(st.pending, matchKey(id))
+			k := matchKey(id)
+			if _, ok := st.pending[k]; ok && !slices.Contains(answered, k) {
+				answered = append(answered, k)
+				left--
+			}
 		}
-		terminal = !st.standalone && len(st.pending) == 0
-		st.mu.Unlock()
-		if terminal {
+		if len(ids[i]) > 0 && !st.standalone && left == 0 {
+			terminal = true
 			evs = evs[:i+1]
 			break
 		}
 	}
-	h.appendEvents(st, terminal, evs...)
+	st.mu.Unlock()
+	if !h.appendEvents(st, terminal, evs...) {
+		if terminal && !st.isDone() {
+			// The response could not be logged: the call is lost, and
+			// its stream must still end (never a hang).
+			go h.sealWhenPossible(st)
+		}
+		return false
+	}
+	st.mu.Lock()
+	for _, k := range answered {
+		delete(st.pending, k)
+	}
+	st.mu.Unlock()
 	return terminal
+}
+
+// sealWhenPossible ends a request stream whose response could not be
+// logged, with the lost-request reset and errors, as soon as the store
+// takes writes again.
+func (h *Handler) sealWhenPossible(st *stream) {
+	for wait := time.Second; !st.isDone() && !st.sess.isClosed() && h.ctx.Err() == nil; wait = min(2*wait, time.Minute) {
+		h.loseStream(st, resume.ReasonBackendLost, "mcprelay: request lost: its response could not be logged")
+		select {
+		case <-h.ctx.Done():
+		case <-time.After(wait):
+		}
+	}
 }
 
 // routeUnrelated logs a message that incarnation gen's backend sent outside

@@ -67,6 +67,7 @@ type stream struct {
 	mu        sync.Mutex
 	pending   map[string]json.RawMessage // request ids awaiting a response (request streams)
 	done      bool                       // terminal event appended
+	gap       bool                       // events were given up: the next append starts with a gap reset
 	cancelled bool                       // the client sent notifications/cancelled
 	conn      *attachment                // the client connection reading it
 	delivered uint64                     // highest seq written to any connection
@@ -216,6 +217,16 @@ func (h *Handler) liveStream(key string) *stream {
 	return h.streams[key]
 }
 
+// Appending while the store fails (a Redis restart, a full disk): the
+// appender retries with backoff for up to appendPatience, holding its
+// events (a pump stops reading its backend meanwhile, so nothing is
+// dropped); past it, the events are given up and the stream's next append
+// starts with a gap reset, so the loss is never silent.
+const (
+	appendPatience   = 30 * time.Second
+	appendMaxBackoff = 2 * time.Second
+)
+
 // appendEvents appends to a stream unless it is already terminal, and
 // wakes its reader. It reports whether the events were appended.
 func (h *Handler) appendEvents(st *stream, terminal bool, evs ...eventlog.Event) bool {
@@ -225,29 +236,56 @@ func (h *Handler) appendEvents(st *stream, terminal bool, evs ...eventlog.Event)
 	st.appendMu.Lock()
 	defer st.appendMu.Unlock()
 	st.mu.Lock()
-	done := st.done
+	done, gap := st.done, st.gap
 	st.mu.Unlock()
 	if done {
 		return false
 	}
-	if _, err := h.store.Append(h.ctx, st.skey, terminal, evs...); err != nil {
-		if errors.Is(err, eventlog.ErrFenced) {
+	if gap {
+		evs = append([]eventlog.Event{{Type: resume.EventReset,
+			Data: resume.Reset{Reason: resume.ReasonGap, Stream: st.skey, Generation: st.gen}.Marshal()}}, evs...)
+	}
+	deadline := time.Now().Add(appendPatience)
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, appendMaxBackoff) {
+		_, err := h.store.Append(h.ctx, st.skey, terminal, evs...)
+		if err == nil {
+			break
+		}
+		switch {
+		case errors.Is(err, eventlog.ErrFenced):
 			// Another replica took the session over: this one must not
 			// write, deliver or answer for it any more.
 			go h.dropLocal(st.sess, "fenced: another replica owns the session")
 			return false
+		case errors.Is(err, context.Canceled), errors.Is(err, eventlog.ErrNotFound), errors.Is(err, eventlog.ErrTerminal):
+			return false // the session or the stream ended meanwhile
 		}
-		// A session ended meanwhile (its log is gone) is not an error.
-		if !errors.Is(err, context.Canceled) && !errors.Is(err, eventlog.ErrNotFound) {
-			h.log.Error("appending to the event log", logSession, st.sess.id, logStream, st.skey, "err", err)
+		if wait == 50*time.Millisecond {
+			h.log.Error("appending to the event log; retrying", logSession, st.sess.id, logStream, st.skey, "err", err)
 		}
-		return false
-	}
-	if terminal {
 		st.mu.Lock()
-		st.done = true
+		done := st.done
 		st.mu.Unlock()
+		if done || time.Now().After(deadline) {
+			h.log.Error("appending to the event log failed; the stream's next event will be a gap reset",
+				logSession, st.sess.id, logStream, st.skey, "events", len(evs), "err", err)
+			st.mu.Lock()
+			st.gap = true
+			st.mu.Unlock()
+			return false
+		}
+		select {
+		case <-h.ctx.Done():
+			return false
+		case <-time.After(wait):
+		}
 	}
+	st.mu.Lock()
+	st.gap = false
+	if terminal {
+		st.done = true
+	}
+	st.mu.Unlock()
 	st.signal()
 	if terminal {
 		h.retire(st)
