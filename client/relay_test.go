@@ -412,7 +412,19 @@ func TestSessionLost(t *testing.T) {
 // TestPolling: a relay that closes streams every few milliseconds (with
 // retry) still delivers a long call's notifications once, in order.
 func TestPolling(t *testing.T) {
-	url := newRelay(t, countServer(nil), relay.Options{PollInterval: 10 * time.Millisecond})
+	h, err := relay.New(relay.Options{Backend: backend.SDK(countServer(nil), nil), PollInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resumes atomic.Int64
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && r.Header.Get("Last-Event-ID") != "" {
+			resumes.Add(1)
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() { h.Close(); hs.CloseClientConnections(); hs.Close() })
+	url := hs.URL
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	plog := newProgressLog()
@@ -433,6 +445,11 @@ func TestPolling(t *testing.T) {
 	}
 	if got := plog.waitFor(ctx, "poll", 20); len(got) != 20 || !inOrder(got) {
 		t.Errorf("progress %v", got)
+	}
+	// 20 events 3 ms apart outlast a 10 ms poll interval: the call was
+	// carried across several closes, each resumed by GET.
+	if n := resumes.Load(); n < 2 {
+		t.Errorf("the client resumed %d times: the relay did not close for polling, or the client did not resume", n)
 	}
 }
 

@@ -70,6 +70,7 @@ func TestRelayPollInterval(t *testing.T) {
 	_, resp := s.call(20, 20, true)
 	var all []float64
 	cursor := ""
+	polls := 0
 	for round := 0; round < 50; round++ {
 		evs, ended := events(t, resp, 0, 5*time.Second)
 		if !ended {
@@ -85,10 +86,16 @@ func TestRelayPollInterval(t *testing.T) {
 		if evs[len(evs)-1].Retry != 100*time.Millisecond {
 			t.Fatalf("closed without retry: %+v", evs[len(evs)-1])
 		}
+		polls++
 		resp = s.get(cursor)
 	}
 	if len(all) != 20 {
 		t.Fatalf("progress across polls: %v", all)
+	}
+	// 20 events 20 ms apart take 400 ms: with a 100 ms poll interval the
+	// stream must have been closed for polling several times.
+	if polls < 2 {
+		t.Fatalf("the stream was closed for polling %d times in a 400 ms call with a 100 ms interval", polls)
 	}
 	for i, p := range all {
 		if p != float64(i+1) {
