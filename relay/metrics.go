@@ -19,6 +19,12 @@ import (
 // A 409 resume decision is a tenant-isolation event: alert on it.
 func (h *Handler) Metrics() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The same Host and Origin rules as /mcp: a page reached through
+		// DNS rebinding must not read the counters either.
+		if status, msg := h.checkOrigin(r); status != 0 {
+			http.Error(w, msg, status)
+			return
+		}
 		counts := h.Counts()
 		h.mu.Lock()
 		sessions := len(h.sessions)

@@ -1,6 +1,7 @@
 package relay_test
 
 import (
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -25,5 +26,31 @@ func TestMetrics(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q:\n%s", want, body)
 		}
+	}
+}
+
+// /metrics follows the endpoint's Host and Origin rules (DNS rebinding):
+// a request on a loopback listener naming another host is refused.
+func TestMetricsHostCheck(t *testing.T) {
+	e := newEnv(t, relay.Options{})
+	srv := httptest.NewServer(e.relay.Metrics())
+	defer srv.Close()
+	req, _ := http.NewRequest("GET", srv.URL, nil)
+	req.Host = "attacker.example:80"
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("/metrics with Host attacker.example: %s, want 403", resp.Status)
+	}
+	resp, err = http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics on loopback: %s", resp.Status)
 	}
 }
