@@ -2,6 +2,7 @@ package relay
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"strconv"
@@ -120,6 +121,13 @@ func (h *Handler) serveDELETE(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.owner != "" {
 		h.forward(w, r, s.owner, nil)
+		return
+	}
+	// The store first: a session the store cannot delete lives on (it
+	// would come back after a restart), and the client must hear so.
+	if err := h.store.DeleteSession(r.Context(), s.id); err != nil && !errors.Is(err, eventlog.ErrNotFound) {
+		h.log.Error("deleting a session from the store", logSession, s.id, "err", err)
+		writeUnavailable(w, fmt.Errorf("%w: the event log could not delete the session", errUnavailable))
 		return
 	}
 	h.endSession(s, "deleted by the client")

@@ -221,12 +221,20 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// flakyStore fails every Append while failing is set, as a store does
-// while Redis restarts or a disk is full.
+// flakyStore fails every Append and DeleteSession while failing is set,
+// as a store does while Redis restarts or a disk is full.
 type flakyStore struct {
 	eventlog.Store
 	failing atomic.Bool
 	failed  atomic.Int64
+}
+
+func (f *flakyStore) DeleteSession(ctx context.Context, id string) error {
+	if f.failing.Load() {
+		f.failed.Add(1)
+		return errors.New("flaky: store unavailable")
+	}
+	return f.Store.DeleteSession(ctx, id)
 }
 
 func (f *flakyStore) Append(ctx context.Context, key string, terminal bool, evs ...eventlog.Event) (uint64, error) {
@@ -273,5 +281,27 @@ func TestStoreOutageLosesNothing(t *testing.T) {
 	last := decode(t, dataEvents(rest)[len(dataEvents(rest))-1].Data)
 	if last.Result == nil {
 		t.Fatalf("the call ended without its result: %+v", last)
+	}
+}
+
+// A DELETE the store cannot carry out is a 503, and the session lives on;
+// before, the client got 204 while the session stayed in the store.
+func TestDeleteStoreFailure(t *testing.T) {
+	st := &flakyStore{Store: eventlog.NewMemory(eventlog.Retention{})}
+	e := newEnv(t, relay.Options{Store: st})
+	s := e.initialize("2025-11-25", "")
+	st.failing.Store(true)
+	if resp := e.do("DELETE", s.headers(), ""); resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("DELETE while the store fails: %s, want 503 with Retry-After", resp.Status)
+	}
+	st.failing.Store(false)
+	if resp := s.post(`{"jsonrpc":"2.0","id":1,"method":"ping"}`); resp.StatusCode != http.StatusOK {
+		t.Fatalf("the session after a failed DELETE: %s", resp.Status)
+	}
+	if resp := e.do("DELETE", s.headers(), ""); resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("DELETE: %s", resp.Status)
+	}
+	if _, err := st.Session(context.Background(), s.id); !errors.Is(err, eventlog.ErrNotFound) {
+		t.Fatalf("the session is still in the store: %v", err)
 	}
 }
