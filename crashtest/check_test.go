@@ -132,6 +132,14 @@ func (k *checker) handle(c *call, ev sse.Event) {
 	if c.data == nil {
 		c.data = make(map[string]bool)
 	}
+	if ev.Data == nil && ev.Retry > 0 {
+		// A close asking the client to come back (polling, shutdown): no
+		// event is dispatched; its id is where to resume, the last one.
+		if ev.ID != "" && ev.ID != c.cursor && c.cursor != "" {
+			k.v.addf("%s: retry names %q, not the last event %q", c.name, ev.ID, c.cursor)
+		}
+		return
+	}
 	if ev.ID != "" {
 		cur, err := k.codec.Parse(ev.ID)
 		if err != nil {

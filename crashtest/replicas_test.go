@@ -582,3 +582,159 @@ func TestReplicasZombie(t *testing.T) {
 		t.Errorf("the zombie did not say it stopped serving the session; its log:\n%s", logs)
 	}
 }
+
+// initializeWith opens a session declaring the client capabilities caps.
+func initializeWith(ctx context.Context, url, caps string) (string, error) {
+	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":%q,"capabilities":%s,"clientInfo":{"name":"crashtest","version":"1"}}}`, protocolVersion, caps)
+	resp, err := do(ctx, url, http.MethodPost, nil, body)
+	if err != nil {
+		return "", err
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	sid := resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode != http.StatusOK || sid == "" {
+		return "", fmt.Errorf("initialize: %s: %s", resp.Status, b)
+	}
+	resp, err = do(ctx, url, http.MethodPost, sessionHeaders(sid, ""), `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	if err != nil {
+		return "", err
+	}
+	resp.Body.Close()
+	return sid, nil
+}
+
+// TestReplicasSampling: the session is owned by one replica, the client
+// talks to the other. The server's sampling request reaches the client on
+// the forwarded call's stream, the client's answer (a POST to the other
+// replica) reaches the owner, and the call completes.
+func TestReplicasSampling(t *testing.T) {
+	needBinary(t)
+	rs := newReplicaSet(t, 2, redistest.Options{})
+	a, b := rs.procs[0], rs.procs[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sid, err := initializeWith(ctx, a.url(), `{"sampling":{}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := do(ctx, b.url(), http.MethodPost, sessionHeaders(sid, ""),
+		`{"jsonrpc":"2.0","id":"s1","method":"tools/call","params":{"name":"test_sampling","arguments":{"prompt":"hello"}}}`)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("tools/call on the replica that does not own the session: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	var result string
+	answered := false
+	err = scan(resp, func(ev sse.Event) bool {
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Result *struct {
+				Content []struct {
+					Text string `json:"text"`
+				} `json:"content"`
+			} `json:"result"`
+		}
+		if len(ev.Data) == 0 || json.Unmarshal(ev.Data, &m) != nil {
+			return true
+		}
+		switch {
+		case m.Method == "sampling/createMessage" && !answered:
+			answered = true
+			ans := `{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"role":"assistant","content":{"type":"text","text":"hi from the client"},"model":"test"}}`
+			r, err := do(ctx, b.url(), http.MethodPost, sessionHeaders(sid, ""), ans)
+			if err != nil || r.StatusCode != http.StatusAccepted {
+				t.Errorf("the client's answer through the other replica: %v %v", r, err)
+			}
+			if r != nil {
+				r.Body.Close()
+			}
+		case m.Result != nil && string(m.ID) == `"s1"`:
+			if len(m.Result.Content) > 0 {
+				result = m.Result.Content[0].Text
+			}
+			return false
+		}
+		return true
+	})
+	if err != nil || !answered || result != "LLM response: hi from the client" {
+		t.Fatalf("sampling across replicas: asked %v, result %q, err %v", answered, result, err)
+	}
+}
+
+// TestReplicasSIGTERM: a replica told to stop (SIGTERM) while a call runs on
+// it closes its client's stream with retry, finishes the call while the
+// client follows it on another replica, then releases its leases: the next
+// request for the session is taken over at once, not after the lease TTL.
+func TestReplicasSIGTERM(t *testing.T) {
+	needBinary(t)
+	rs := newReplicaSet(t, 2, redistest.Options{})
+	a, b := rs.procs[0], rs.procs[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st, err := redisstore.Open(ctx, redisstore.Options{URL: rs.redis.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	secret, _ := st.LoadOrCreateSecret(ctx)
+	codec, _ := resume.NewCodec(secret)
+	v := &violations{}
+	k := &checker{codec: codec, ids: &idBook{}, v: v, data: map[string]string{}}
+	sid, err := initialize(ctx, a.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.sid = sid
+	c := &call{name: "draining", count: 30}
+	resp, err := do(ctx, a.url(), http.MethodPost, sessionHeaders(sid, ""), callBody(c.name, c.name, c.count, 50))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST: %v %v", resp, err)
+	}
+	n := 0
+	scan(resp, func(ev sse.Event) bool { k.handle(c, ev); n++; return n < 4 })
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	retried := false
+	scan(resp, func(ev sse.Event) bool { k.handle(c, ev); retried = retried || ev.Retry > 0; return true })
+	resp.Body.Close()
+	if !retried {
+		t.Errorf("the stopping replica closed the stream without retry")
+	}
+	// The client follows the call on the other replica.
+	for !c.done() && ctx.Err() == nil {
+		r, err := do(ctx, b.url(), http.MethodGet, sessionHeaders(sid, c.cursor), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.StatusCode != http.StatusOK {
+			r.Body.Close()
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		scan(r, func(ev sse.Event) bool { k.handle(c, ev); return true })
+		r.Body.Close()
+	}
+	if c.outcome != "result" {
+		t.Errorf("the call on the draining replica ended %q, want its result (it had the shutdown grace to finish)", c.outcome)
+	}
+	select {
+	case <-a.exited:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the replica did not exit after SIGTERM")
+	}
+	a.cmd = nil
+	if _, _, err := st.Holder(ctx, sid); !errors.Is(err, redisstore.ErrNoLease) {
+		t.Errorf("after SIGTERM the lease is still held (%v): it was not released", err)
+	}
+	start := time.Now()
+	r, err := do(ctx, b.url(), http.MethodPost, sessionHeaders(sid, ""), `{"jsonrpc":"2.0","id":"after","method":"ping"}`)
+	if err != nil || r.StatusCode != http.StatusOK {
+		t.Fatalf("ping after the owner stopped: %v %v", r, err)
+	}
+	r.Body.Close()
+	if d := time.Since(start); d > replicaLease/2 {
+		t.Errorf("the session was taken over after %v: the lease was not released", d)
+	}
+	v.report(t)
+}
