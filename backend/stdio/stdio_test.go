@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/mcprelay/mcprelay/backend"
 	"github.com/mcprelay/mcprelay/backend/connectortest"
@@ -29,6 +29,7 @@ func TestMain(m *testing.M) {
 		signal.Ignore(syscall.SIGTERM)
 		serve()
 	case "noisy":
+		fmt.Fprintln(os.Stderr, strings.Repeat("x", 10000))
 		for i := range 500 {
 			fmt.Fprintf(os.Stderr, "noise %d\n", i)
 		}
@@ -93,5 +94,3 @@ func TestConnector(t *testing.T) {
 		return connectortest.Harness{Connector: newConnector(t, "serve", stdio.Options{}), Lose: kill}
 	})
 }
-
-var _ = time.Second
