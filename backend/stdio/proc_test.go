@@ -250,10 +250,7 @@ func init() {
 		select {}
 	}
 	// linger: serves, then keeps running after its stdin ended.
-	childModes["linger"] = func() {
-		go serve()
-		select {}
-	}
+	childModes["linger"] = linger
 }
 
 // TestParentKilledLeavesNoChild: a relay-like process killed with SIGKILL

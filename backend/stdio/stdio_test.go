@@ -25,9 +25,9 @@ func TestMain(m *testing.M) {
 		os.Exit(m.Run())
 	case "serve":
 		serve()
-	case "ignore-term":
+	case "ignore-term": // stops for SIGKILL only
 		signal.Ignore(syscall.SIGTERM)
-		serve()
+		linger()
 	case "noisy":
 		fmt.Fprintln(os.Stderr, strings.Repeat("x", 10000))
 		for i := range 500 {
@@ -47,6 +47,12 @@ func TestMain(m *testing.M) {
 
 // childModes holds the modes defined next to the tests that use them.
 var childModes = map[string]func(){}
+
+// linger serves until stdin ends, then goes on running.
+func linger() {
+	connectortest.Server(nil).Run(context.Background(), &mcp.StdioTransport{})
+	select {}
+}
 
 func serve() {
 	if err := connectortest.Server(nil).Run(context.Background(), &mcp.StdioTransport{}); err != nil {
