@@ -42,6 +42,9 @@ func parse(b []byte) (*message, error) {
 // progressToken returns params._meta.progressToken of a request (nil if it
 // declares none) and params.progressToken of a progress notification.
 func progressToken(params json.RawMessage, inMeta bool) json.RawMessage {
+	if !bytes.Contains(params, []byte(`"progressToken"`)) { // cheap, and the common case
+		return nil
+	}
 	var p struct {
 		ProgressToken json.RawMessage `json:"progressToken"`
 		Meta          struct {
@@ -142,15 +145,17 @@ func splitBatch(msg []byte) ([]json.RawMessage, error) {
 		}
 		return batch, nil
 	}
-	if !json.Valid(t) {
-		return nil, errors.New("invalid JSON")
-	}
-	return []json.RawMessage{t}, nil
+	return []json.RawMessage{t}, nil // parse validates it
 }
 
 // compactLine appends msg without insignificant white space (so that it
 // holds no newline) and a newline to dst.
 func compactLine(dst *bytes.Buffer, msg []byte) error {
+	if !bytes.ContainsAny(msg, "\r\n") { // a newline in JSON is white space, never inside a string
+		dst.Write(msg)
+		dst.WriteByte('\n')
+		return nil
+	}
 	if err := json.Compact(dst, msg); err != nil {
 		return err
 	}

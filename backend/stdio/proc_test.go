@@ -247,7 +247,9 @@ func init() {
 			fmt.Println(s.(*stdio.Session).PID())
 		}
 		fmt.Println("ready")
-		select {}
+		for {
+			time.Sleep(time.Hour)
+		}
 	}
 	// linger: serves, then keeps running after its stdin ended.
 	childModes["linger"] = linger

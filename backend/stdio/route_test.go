@@ -206,6 +206,14 @@ func init() {
 				fmt.Println("this is not JSON")
 				fmt.Println(`{"jsonrpc":"2.0"}`)
 				fmt.Println(`[1,2`)
+			case "batch":
+				fmt.Printf(`[{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"in a batch"}},{"jsonrpc":"2.0","id":%s,"result":{}}]`+"\n", m.ID)
+				continue
+			case "deaf": // answers, then never reads stdin again
+				fmt.Printf(`{"jsonrpc":"2.0","id":%s,"result":{}}`+"\n", m.ID)
+				for {
+					time.Sleep(time.Hour)
+				}
 			case "big":
 				fmt.Printf(`{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"%s"}}`+"\n", strings.Repeat("x", 4096))
 				continue
@@ -230,6 +238,42 @@ func TestMalformedLinesSkipped(t *testing.T) {
 	}
 	if got := all(t, call(t, t.Context(), s, `{"jsonrpc":"2.0","id":"h","method":"ping"}`)); len(got) != 1 {
 		t.Fatalf("after the garbage: %q", got)
+	}
+}
+
+// TestBatchFromChild: a batch the child writes is routed message by message.
+func TestBatchFromChild(t *testing.T) {
+	c := newConnector(t, "scripted", stdio.Options{})
+	s := open(t, c, nil)
+	got := methods(all(t, call(t, t.Context(), s, `{"jsonrpc":"2.0","id":"b","method":"batch"}`)))
+	if strings.Join(got, " ") != "notifications/message response" {
+		t.Fatalf("reply %v, want the log message and the response", got)
+	}
+}
+
+// TestWriteBoundedByContext: a child that stops reading its stdin does not
+// hold a Call beyond its context; a message cut short loses the session.
+func TestWriteBoundedByContext(t *testing.T) {
+	c := newConnector(t, "scripted", stdio.Options{})
+	s := open(t, c, nil)
+	all(t, call(t, t.Context(), s, `{"jsonrpc":"2.0","id":"d","method":"deaf"}`))
+	big := `{"jsonrpc":"2.0","id":"x","method":"ping","params":{"pad":"` + strings.Repeat("p", 512<<10) + `"}}`
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := s.Call(ctx, []byte(big), nil)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Logf("Call returned after %v", time.Since(start))
+		if !errors.Is(err, backend.ErrSessionLost) {
+			t.Fatalf("Call: %v, want ErrSessionLost (the message was cut short)", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Call still blocked 10s after its context ended")
 	}
 }
 

@@ -169,7 +169,7 @@ func (s *Session) call(ctx context.Context, msg []byte) (*reply, error) {
 	}
 	s.active[r] = true
 	s.mu.Unlock()
-	if err := s.write(buf.Bytes()); err != nil {
+	if err := s.write(ctx, buf.Bytes()); err != nil {
 		r.Close()
 		return nil, err
 	}
@@ -212,7 +212,7 @@ func (s *Session) Notify(ctx context.Context, msg []byte) error {
 	if buf.Len() == 0 {
 		return nil
 	}
-	return s.write(buf.Bytes())
+	return s.write(ctx, buf.Bytes())
 }
 
 // cancelled rewrites a notifications/cancelled message for each call in
@@ -249,10 +249,26 @@ func (s *Session) cancelled(msg, params []byte) [][]byte {
 	return out
 }
 
-func (s *Session) write(b []byte) error {
+// write writes whole lines to the child. If ctx ends first, nothing
+// written means the context's error; part of a line written means a broken
+// stream: the session is lost.
+func (s *Session) write(ctx context.Context, b []byte) error {
 	s.wmu.Lock()
-	_, err := s.stdin.Write(b)
+	stop := context.AfterFunc(ctx, func() { s.stdin.SetWriteDeadline(time.Now()) })
+	n, err := s.stdin.Write(b)
+	if !stop() {
+		s.stdin.SetWriteDeadline(time.Time{})
+	}
 	s.wmu.Unlock()
+	if err != nil && ctx.Err() != nil {
+		if n == 0 {
+			return ctx.Err()
+		}
+		lost := fmt.Errorf("%w: a write to the child was cut short: %v", backend.ErrSessionLost, ctx.Err())
+		s.fail(lost)
+		s.stop()
+		return lost
+	}
 	if err != nil {
 		s.mu.Lock()
 		serr := s.err
@@ -327,18 +343,25 @@ func (s *Session) wait() {
 	if err != nil {
 		status = err.Error()
 	}
+	// Give the readers drainWait to reach end of file, then drainWait more
+	// once their pipes are closed (a callback of the relay may hold them).
 	drained, cancel := context.WithTimeout(context.Background(), drainWait)
-	select {
-	case <-s.readerDone:
-	case <-drained.Done():
-		s.stdout.Close()
-		<-s.readerDone
-	}
-	select {
-	case <-s.stderrDone:
-	case <-drained.Done():
-		s.stderr.Close()
-		<-s.stderrDone
+	for _, r := range []struct {
+		done <-chan struct{}
+		f    *os.File
+	}{{s.readerDone, s.stdout}, {s.stderrDone, s.stderr}} {
+		select {
+		case <-r.done:
+			continue
+		case <-drained.Done():
+		}
+		r.f.Close()
+		t := time.NewTimer(drainWait)
+		select {
+		case <-r.done:
+		case <-t.C:
+		}
+		t.Stop()
 	}
 	cancel()
 	s.stdout.Close()
@@ -382,8 +405,17 @@ func (s *Session) readStdout() {
 			}
 			break
 		}
-		if len(bytes.TrimSpace(line)) == 0 {
+		line = bytes.TrimSpace(line)
+		if len(line) == 0 {
 			continue
+		}
+		if line[0] == '[' { // a batch (2025-03-26): its messages one by one
+			if batch, err := splitBatch(line); err == nil {
+				for _, m := range batch {
+					s.route(m)
+				}
+				continue
+			}
 		}
 		s.route(line)
 	}

@@ -163,8 +163,8 @@ func cut(kv string) (k, v string, ok bool) {
 	return kv, "", false
 }
 
-// Children returns the number of children running (started and not yet
-// reaped).
+// Children returns the number of children running or being started (not
+// yet reaped).
 func (c *Connector) Children() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -234,16 +234,25 @@ func (c *Connector) released(s *Session) {
 	c.live.Done()
 }
 
-// started records the outcome of a start that reached initialize (or not):
-// failed with the reason, or succeeded.
-func (c *Connector) started(probe, failed bool, why string) {
+// Outcomes of a start, for started.
+const (
+	startOK      = iota // the child answered initialize
+	startFailed         // it could not start or exited before answering
+	startUnknown        // Open gave up first (its context ended)
+)
+
+// started records the outcome of a start; why says why it failed.
+func (c *Connector) started(probe bool, outcome int, why string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if probe {
 		c.probing = false
 	}
-	if !failed {
+	switch outcome {
+	case startOK:
 		c.fails = 0
+		return
+	case startUnknown:
 		return
 	}
 	c.fails++
@@ -283,7 +292,7 @@ func (c *Connector) Open(ctx context.Context, init backend.Init) (backend.Sessio
 		return nil, nil, err
 	}
 	if err != nil {
-		c.started(probe, true, err.Error())
+		c.started(probe, startFailed, err.Error())
 		return nil, nil, &backend.UnavailableError{RetryAfter: c.backoffLeft(), Err: fmt.Errorf("%w: %w", ErrStartFailing, err)}
 	}
 	r, err := s.call(ctx, init.Request)
@@ -298,7 +307,7 @@ func (c *Connector) Open(ctx context.Context, init backend.Init) (backend.Sessio
 	}
 	switch {
 	case err == nil:
-		c.started(probe, false, "")
+		c.started(probe, startOK, "")
 		var res struct {
 			Error json.RawMessage `json:"error"`
 		}
@@ -311,11 +320,11 @@ func (c *Connector) Open(ctx context.Context, init backend.Init) (backend.Sessio
 	case errors.Is(err, backend.ErrSessionLost):
 		s.Close() // already exiting: reap it and collect its exit status
 		why := s.why()
-		c.started(probe, true, why)
+		c.started(probe, startFailed, why)
 		return nil, nil, &backend.UnavailableError{RetryAfter: c.backoffLeft(),
 			Err: fmt.Errorf("%w: exited before answering initialize: %s", ErrStartFailing, why)}
 	default:
-		c.started(probe, false, "")
+		c.started(probe, startUnknown, "")
 		s.Close()
 		return nil, nil, fmt.Errorf("stdio: initialize: %w", err)
 	}

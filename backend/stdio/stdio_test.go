@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/mcprelay/mcprelay/backend"
 	"github.com/mcprelay/mcprelay/backend/connectortest"
@@ -51,7 +52,9 @@ var childModes = map[string]func(){}
 // linger serves until stdin ends, then goes on running.
 func linger() {
 	connectortest.Server(nil).Run(context.Background(), &mcp.StdioTransport{})
-	select {}
+	for {
+		time.Sleep(time.Hour) // not select{}: the runtime would end a process with nothing left to run
+	}
 }
 
 func serve() {
