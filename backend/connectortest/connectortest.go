@@ -110,14 +110,14 @@ func (s suite) open(t *testing.T, h Harness, id string) *session {
 	ctx, cancel := context.WithTimeout(t.Context(), wait)
 	defer cancel()
 	bs, resp, err := h.Connector.Open(ctx, backend.Init{
-		Request:   initRequest(id),
+		Request: initRequest(id),
 		Unrelated: func(m []byte) {
 			select {
 			case ss.unrelated <- bytes.Clone(m):
 			default: // the suite looks at the first ones only
 			}
 		},
-		Lost:      func(err error) { ss.lost <- err },
+		Lost: func(err error) { ss.lost <- err },
 	})
 	if err != nil {
 		t.Fatalf("Open(id %s): %v", id, err)
@@ -512,4 +512,3 @@ func (s suite) ctxEnds(t *testing.T) {
 		t.Fatalf("a call after the abandoned one got %q", msgs)
 	}
 }
-
