@@ -320,13 +320,29 @@ func TestThreadExitKeepsChild(t *testing.T) {
 		err error
 	}
 	got := make(chan opened, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
-		s, _, err := c.Open(t.Context(), backend.Init{Request: []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)})
-		got <- opened{s, err}
-	}()
-	o := <-got
-	if o.err != nil {
+	var o opened
+	release := make(chan struct{})
+	defer close(release)
+	for range 10 {
+		go func() {
+			runtime.LockOSThread()
+			if syscall.Gettid() == os.Getpid() {
+				// The main thread is never terminated (the runtime parks
+				// it): keep it busy and try again from another thread.
+				got <- opened{}
+				<-release
+				runtime.UnlockOSThread()
+				return
+			}
+			// Never unlocked: the thread exits with the goroutine.
+			s, _, err := c.Open(t.Context(), backend.Init{Request: []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)})
+			got <- opened{s, err}
+		}()
+		if o = <-got; o.s != nil || o.err != nil {
+			break
+		}
+	}
+	if o.err != nil || o.s == nil {
 		t.Fatalf("Open: %v", o.err)
 	}
 	s := o.s.(*stdio.Session)
