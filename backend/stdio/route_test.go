@@ -363,3 +363,35 @@ func TestStderrBoundedAndRateLimited(t *testing.T) {
 		t.Fatalf("the line after the long one is %q, want %q", second, "noise 0")
 	}
 }
+
+// TestCloseEndsBlockedWrite: Close does not wait for a write the child
+// blocks, even one whose context never ends.
+func TestCloseEndsBlockedWrite(t *testing.T) {
+	c := newConnector(t, "scripted", stdio.Options{})
+	s := open(t, c, nil)
+	all(t, call(t, t.Context(), s, `{"jsonrpc":"2.0","id":"d","method":"deaf"}`))
+	big := `{"jsonrpc":"2.0","id":"x","method":"ping","params":{"pad":"` + strings.Repeat("p", 512<<10) + `"}}`
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Call(context.Background(), []byte(big), nil)
+		done <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // the write blocks on a full pipe
+	closed := make(chan struct{})
+	go func() { s.Close(); close(closed) }()
+	for _, ch := range []<-chan struct{}{closed} {
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Close blocked 10s behind a write")
+		}
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("the blocked Call succeeded")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the blocked Call did not return 10s after Close")
+	}
+}

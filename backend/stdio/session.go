@@ -315,9 +315,7 @@ func (s *Session) fail(err error) bool {
 // after StopGrace unless it was reaped first. It does not wait.
 func (s *Session) stop() {
 	s.stopOnce.Do(func() {
-		s.wmu.Lock()
-		s.stdin.Close()
-		s.wmu.Unlock()
+		s.stdin.Close() // without wmu: it also ends a write the child blocks
 		signalGroup(s.cmd.Process, sigTerm)
 		go func() {
 			t := time.NewTimer(s.c.opts.StopGrace)
@@ -366,9 +364,7 @@ func (s *Session) wait() {
 	cancel()
 	s.stdout.Close()
 	s.stderr.Close()
-	s.wmu.Lock()
 	s.stdin.Close()
-	s.wmu.Unlock()
 
 	s.fail(fmt.Errorf("%w: child %s", backend.ErrSessionLost, status))
 	s.mu.Lock()
