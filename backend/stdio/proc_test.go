@@ -358,3 +358,73 @@ func TestThreadExitKeepsChild(t *testing.T) {
 		t.Fatalf("ping: %v", err)
 	}
 }
+
+// TestOneStartAfterBackoff: once the backoff is over, concurrent Opens try
+// one start, not one each.
+func TestOneStartAfterBackoff(t *testing.T) {
+	dir := t.TempDir()
+	c, err := stdio.New(stdio.Options{
+		Command:      []string{"sh", "-c", `echo x >> spawns; sleep 0.3; exit 3`},
+		Dir:          dir,
+		StartBackoff: stdio.Backoff{Min: 50 * time.Millisecond, Max: 50 * time.Millisecond},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	req := backend.Init{Request: []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize"}`)}
+	if _, _, err := c.Open(t.Context(), req); !errors.Is(err, stdio.ErrStartFailing) {
+		t.Fatalf("first Open: %v", err)
+	}
+	time.Sleep(100 * time.Millisecond) // past the backoff
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Go(func() {
+			if _, _, err := c.Open(t.Context(), req); !errors.Is(err, stdio.ErrStartFailing) {
+				t.Errorf("Open: %v, want ErrStartFailing", err)
+			}
+		})
+	}
+	wg.Wait()
+	b, _ := os.ReadFile(filepath.Join(dir, "spawns"))
+	if n := strings.Count(string(b), "x"); n != 2 {
+		t.Fatalf("%d starts, want 2: the first and one for the 10 concurrent Opens", n)
+	}
+}
+
+// TestCloseDuringOpens: Connector.Close while sessions are being opened
+// leaves no process behind and does not hang.
+func TestCloseDuringOpens(t *testing.T) {
+	c, err := stdio.New(stdio.Options{Command: echoCommand})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	groups := map[int]bool{}
+	for i := range 30 {
+		wg.Go(func() {
+			s, _, err := c.Open(t.Context(), backend.Init{Request: []byte(`{"jsonrpc":"2.0","id":` + strconv.Itoa(i) + `,"method":"initialize"}`)})
+			if err == nil {
+				mu.Lock()
+				groups[s.(*stdio.Session).PID()] = true
+				mu.Unlock()
+			}
+		})
+	}
+	time.Sleep(20 * time.Millisecond)
+	closed := make(chan struct{})
+	go func() { c.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close did not return in 20s")
+	}
+	wg.Wait()
+	c.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if left := leftovers(t, groups); len(left) != 0 || c.Children() != 0 {
+		t.Fatalf("after Close: Children() = %d, /proc shows %+v", c.Children(), left)
+	}
+}
