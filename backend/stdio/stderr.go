@@ -3,6 +3,7 @@ package stdio
 import (
 	"bufio"
 	"errors"
+	"io"
 	"time"
 )
 
@@ -17,7 +18,11 @@ const (
 // lines dropped logged when logging resumes) and keeps the last line.
 func (s *Session) readStderr() {
 	defer close(s.stderrDone)
-	br := bufio.NewReaderSize(s.stderr, maxStderrLine)
+	s.logStderr(s.stderr)
+}
+
+func (s *Session) logStderr(r io.Reader) {
+	br := bufio.NewReaderSize(r, maxStderrLine)
 	tokens, last := float64(stderrRate), time.Now()
 	dropped := 0
 	for {
