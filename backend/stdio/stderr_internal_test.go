@@ -11,7 +11,6 @@ import (
 	"time"
 )
 
-
 // TestStderrRate checks the stderr rate limit over time in a bubble: a burst
 // of 50 lines passes, the rest of a burst is dropped and counted, and the
 // budget refills at 50 lines a second.
