@@ -254,9 +254,20 @@ func (s *Session) cancelled(msg, params []byte) [][]byte {
 // stream: the session is lost.
 func (s *Session) write(ctx context.Context, b []byte) error {
 	s.wmu.Lock()
-	stop := context.AfterFunc(ctx, func() { s.stdin.SetWriteDeadline(time.Now()) })
+	var dmu sync.Mutex
+	writing := true
+	stop := context.AfterFunc(ctx, func() {
+		dmu.Lock()
+		defer dmu.Unlock()
+		if writing { // not once the write is over: the next writer's deadline
+			s.stdin.SetWriteDeadline(time.Now())
+		}
+	})
 	n, err := s.stdin.Write(b)
-	if !stop() {
+	dmu.Lock()
+	writing = false
+	dmu.Unlock()
+	if !stop() { // it ran, or runs and will not set a deadline now
 		s.stdin.SetWriteDeadline(time.Time{})
 	}
 	s.wmu.Unlock()
