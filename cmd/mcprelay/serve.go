@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mcprelay/mcprelay/backend"
+	"github.com/mcprelay/mcprelay/backend/stdio"
 	"github.com/mcprelay/mcprelay/eventlog"
 	"github.com/mcprelay/mcprelay/eventlog/redisstore"
 	"github.com/mcprelay/mcprelay/exampleserver"
@@ -48,38 +49,63 @@ func serve(args []string) error {
 		advertise     = fs.String("advertise", "", "with --store redis://: the URL at which other replicas reach this one's MCP endpoint (default: http://ADDR/mcp from the listener)")
 		secretFile    = fs.String("secret-file", "", "with --store redis://: read the relay secret (at least 32 bytes, mode 0600) from this file instead of sharing one through Redis")
 		leaseTTL      = fs.Duration("lease-ttl", 2*time.Second, "with --store redis://: how long a session's owner lease lasts unrenewed (the longest a session waits for a new owner after a replica dies)")
+		maxChildren   = fs.Int("max-children", 0, "with -- COMMAND: the most stdio children at once (one per session); beyond it new sessions get 503 (0: 64)")
+		envFile       = fs.String("env-file", "", "with -- COMMAND: K=V lines added to the children's environment")
+		cwd           = fs.String("cwd", "", "with -- COMMAND: the children's working directory")
 		authOpts      = addAuthFlags(fs)
+		envs          envList
 	)
+	fs.Var(&envs, "env", "with -- COMMAND: K=V added to the children's environment (repeatable; wins over --env-file)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("serve: unexpected arguments %q", fs.Args())
+	command := fs.Args() // after "--": a stdio server to run per session
+	if len(command) > 0 && *upstream != "" {
+		return errors.New("serve: give --upstream or -- COMMAND, not both")
+	}
+	if len(command) == 0 && (*maxChildren != 0 || len(envs) > 0 || *envFile != "" || *cwd != "") {
+		return errors.New("serve: --max-children, --env, --env-file and --cwd go with -- COMMAND")
 	}
 	log, err := newLogger(*logFormat, *logLevel)
 	if err != nil {
 		return err
 	}
 
-	var up *backend.Upstream
-	if *upstream == "" {
+	var conn backend.Connector
+	target := "the built-in example server"
+	switch {
+	case len(command) > 0:
+		opts, err := stdioOptions(command, *maxChildren, envs, *envFile, *cwd, log.With("component", "stdio"))
+		if err != nil {
+			return err
+		}
+		sc, err := stdio.New(opts)
+		if err != nil {
+			return err
+		}
+		defer sc.Close() // after the relay: every child is stopped
+		conn = sc
+		target = strings.Join(command, " ")
+	case *upstream == "":
 		// The example server keeps a small event store of its own so that
 		// its test_reconnection tool can close its stream mid-call (polling);
 		// the relay resumes that upstream stream and carries the close to
 		// the client.
 		srv := exampleserver.New(&exampleserver.Options{Logger: log.With("component", "example-server")})
-		up = backend.SDK(srv, &mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)})
-	} else {
+		conn = backend.SDK(srv, &mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)})
+	default:
 		u, err := url.Parse(*upstream)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("serve: --upstream must be an http(s) URL, got %q", *upstream)
 		}
-		up = backend.Remote(*upstream)
+		up := backend.Remote(*upstream)
 		up.StatelessURL = *statelessURL
 		up.ResponseTimeout = *upTimeout
+		conn = up
+		target = *upstream
 	}
 	authn, err := authOpts.setup(*addr, log)
 	if err != nil {
@@ -112,7 +138,7 @@ func serve(args []string) error {
 	h, err := relay.New(relay.Options{
 		Cluster:            cluster,
 		LeaseTTL:           *leaseTTL,
-		Backend:            up,
+		Backend:            conn,
 		Store:              store,
 		Secret:             secret,
 		PollInterval:       *poll,
@@ -137,10 +163,6 @@ func serve(args []string) error {
 	defer stop()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	target := "the built-in example server"
-	if *upstream != "" {
-		target = *upstream
-	}
 	where := "memory"
 	switch {
 	case *storeKind == "disk":
