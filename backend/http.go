@@ -10,9 +10,11 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
+	"github.com/mcprelay/mcprelay/internal/wire"
 	"github.com/mcprelay/mcprelay/sse"
 )
 
@@ -72,6 +74,8 @@ func (u *Upstream) Open(ctx context.Context, init Init) (Session, []byte, error)
 	if err != nil {
 		return nil, nil, fmt.Errorf("backend: initialize: %w", err)
 	}
+	// Under the client's id, byte for byte (a backend may re-encode it).
+	res, _ = wire.ReplaceID(res, id)
 	var out struct {
 		Result *struct {
 			ProtocolVersion string `json:"protocolVersion"`
@@ -104,11 +108,14 @@ type httpSession struct {
 	lost      func(error)
 	log       *slog.Logger
 
-	mu       sync.Mutex
-	closed   bool
-	pumping  bool
-	stopPump context.CancelFunc
-	lostOnce sync.Once
+	mu          sync.Mutex
+	closed      bool
+	pumping     bool
+	stopPump    context.CancelFunc
+	lostOnce    sync.Once
+	nextID      uint64
+	calls       map[*httpReply]struct{} // replies in flight, ended by Close
+	inflightIDs map[string]string       // client id (match key) → the backend's id, for calls in flight
 }
 
 func (s *httpSession) Handle() string { return s.handle }
@@ -193,6 +200,7 @@ func (s *httpSession) Notify(ctx context.Context, msg []byte) error {
 	if s.isClosed() {
 		return ErrSessionLost
 	}
+	msg = s.rewriteCancel(msg)
 	resp, err := s.do(ctx, http.MethodPost, msg, "")
 	if err != nil {
 		return err
@@ -224,25 +232,135 @@ func isInitialized(msg []byte) bool {
 	return json.Unmarshal(msg, &m) == nil && m.Method == "notifications/initialized"
 }
 
-// Call POSTs requests and returns the backend's answer as a Reply. A 404
-// for the session is ErrSessionLost.
+// Call POSTs requests and returns the backend's answer as a Reply. Each
+// request goes under an id of the connector's own, unique in the session,
+// so that the client's ids never collide with each other or with the
+// relay's own requests (a server refuses an id already in flight); the
+// responses come back under the client's ids, byte for byte. A 404 for the
+// session is ErrSessionLost.
 func (s *httpSession) Call(ctx context.Context, msg []byte, ids []json.RawMessage) (Reply, error) {
-	if s.isClosed() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
 		return nil, ErrSessionLost
 	}
-	resp, err := s.do(ctx, http.MethodPost, msg, "")
+	ctx, cancel := context.WithCancel(ctx)
+	r := &httpReply{ctx: ctx, cancel: cancel, s: s, orig: make(map[string]json.RawMessage)}
+	out, err := s.rewriteLocked(msg, r)
+	if s.calls == nil {
+		s.calls = make(map[*httpReply]struct{})
+	}
+	s.calls[r] = struct{}{}
+	s.mu.Unlock()
 	if err != nil {
+		r.finish()
+		return nil, err
+	}
+	resp, err := s.do(ctx, http.MethodPost, out, "")
+	if err != nil {
+		r.finish()
 		return nil, err
 	}
 	switch {
 	case resp.StatusCode == http.StatusNotFound && s.handle != "":
 		resp.Body.Close()
+		r.finish()
 		return nil, ErrSessionLost
 	case resp.StatusCode != http.StatusOK:
 		defer resp.Body.Close()
+		r.finish()
 		return nil, statusError(resp)
 	}
-	return newHTTPReply(ctx, s, resp), nil
+	r.open(resp)
+	return r, nil
+}
+
+// rewriteLocked gives each request of msg (one message or a batch) an id
+// of the connector's, recording the client's in r. s.mu is held.
+func (s *httpSession) rewriteLocked(msg []byte, r *httpReply) ([]byte, error) {
+	one := func(m []byte) ([]byte, error) {
+		ids := wire.ResponseIDs(m, nil) // a response (answer to a server request) has no method
+		if len(ids) > 0 {
+			return m, nil
+		}
+		var head struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		if err := json.Unmarshal(m, &head); err != nil {
+			return nil, fmt.Errorf("backend: call: %w", err)
+		}
+		client := wire.IDKey(head.ID)
+		if head.Method == "" || len(client) == 0 {
+			return m, nil // a notification
+		}
+		s.nextID++
+		own := json.RawMessage(`"mcprelay-` + strconv.FormatUint(s.nextID, 10) + `"`)
+		out, ok := wire.ReplaceID(m, own)
+		if !ok {
+			return nil, errors.New("backend: call: request id not found")
+		}
+		r.orig[string(own)] = client
+		r.ownIDs = append(r.ownIDs, string(own))
+		if s.inflightIDs == nil {
+			s.inflightIDs = make(map[string]string)
+		}
+		k := wire.MatchKey(client)
+		s.inflightIDs[k] = string(own)
+		r.keys = append(r.keys, k)
+		return out, nil
+	}
+	t := bytes.TrimSpace(msg)
+	if len(t) == 0 || t[0] != '[' {
+		return one(t)
+	}
+	var batch []json.RawMessage
+	if err := json.Unmarshal(t, &batch); err != nil {
+		return nil, fmt.Errorf("backend: call: %w", err)
+	}
+	for i, m := range batch {
+		out, err := one(m)
+		if err != nil {
+			return nil, err
+		}
+		batch[i] = out
+	}
+	return json.Marshal(batch)
+}
+
+// rewriteCancel gives a notifications/cancelled the backend's id of the
+// request it names, while that request is in flight.
+func (s *httpSession) rewriteCancel(msg []byte) []byte {
+	if !bytes.Contains(msg, []byte("notifications/cancelled")) {
+		return msg
+	}
+	var m struct {
+		Method string `json:"method"`
+		Params struct {
+			RequestID json.RawMessage `json:"requestId"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(msg, &m) != nil || m.Method != "notifications/cancelled" {
+		return msg
+	}
+	s.mu.Lock()
+	own, ok := s.inflightIDs[wire.MatchKey(wire.IDKey(m.Params.RequestID))]
+	s.mu.Unlock()
+	if !ok {
+		return msg
+	}
+	var full map[string]json.RawMessage
+	var params map[string]json.RawMessage
+	if json.Unmarshal(msg, &full) != nil || json.Unmarshal(full["params"], &params) != nil {
+		return msg
+	}
+	params["requestId"] = json.RawMessage(own)
+	full["params"], _ = json.Marshal(params)
+	out, err := json.Marshal(full)
+	if err != nil {
+		return msg
+	}
+	return out
 }
 
 // Close DELETEs the backend session and stops its GET stream.
@@ -254,15 +372,29 @@ func (s *httpSession) Close() error {
 	}
 	s.closed = true
 	stop := s.stopPump
+	calls := s.calls
+	s.calls = nil
 	s.mu.Unlock()
 	if stop != nil {
 		stop()
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for r := range calls {
+		// The calls in flight end with the session: their replies end
+		// here, not on the backend's time, and the backend is told (a
+		// server may hold the session's end until its calls finish).
+		r.Close()
+		for _, own := range r.ownIDs {
+			if resp, err := s.do(ctx, http.MethodPost, []byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":`+own+`,"reason":"session closed"}}`), ""); err == nil {
+				io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+				resp.Body.Close()
+			}
+		}
+	}
 	if s.handle == "" {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	return s.delete(ctx)
 }
 
@@ -435,7 +567,7 @@ func firstResponse(resp *http.Response, id json.RawMessage) ([]byte, error) {
 			ID     json.RawMessage `json:"id"`
 			Method string          `json:"method"`
 		}
-		if json.Unmarshal(data, &m) == nil && m.Method == "" && bytes.Equal(bytes.TrimSpace(m.ID), bytes.TrimSpace(id)) {
+		if json.Unmarshal(data, &m) == nil && m.Method == "" && wire.MatchKey(wire.IDKey(m.ID)) == wire.MatchKey(wire.IDKey(id)) {
 			out = data
 			return false
 		}

@@ -3,14 +3,18 @@ package backend
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/mcprelay/mcprelay/internal/wire"
 	"github.com/mcprelay/mcprelay/sse"
 )
 
@@ -25,23 +29,21 @@ const maxResumes = 5
 // what it waits for.
 type httpReply struct {
 	ctx     context.Context
+	cancel  context.CancelFunc
 	s       *httpSession
-	body    io.ReadCloser // nil between a broken stream and its resumption
-	sc      *sse.Scanner  // nil for a JSON body
-	jsonEnd bool          // the JSON body was read
-	cursor  string        // the backend's last event ID, kept across failed resumes
-	retry   time.Duration // the backend's last retry field
-	attempt int           // resumes tried in a row
+	orig    map[string]json.RawMessage // the connector's id → the client's, for requests not answered yet
+	keys    []string                   // the client ids' match keys, in the session's map of calls in flight
+	ownIDs  []string                   // the connector's ids of the call's requests
+	body    io.ReadCloser              // nil between a broken stream and its resumption
+	sc      *sse.Scanner               // nil for a JSON body
+	jsonEnd bool                       // the JSON body was read
+	cursor  string                     // the backend's last event ID, kept across failed resumes
+	retry   time.Duration              // the backend's last retry field
+	attempt int                        // resumes tried in a row
 
 	mu     sync.Mutex // guards current and closed: Close comes from another goroutine
 	closed bool
 	cur    io.Closer
-}
-
-func newHTTPReply(ctx context.Context, s *httpSession, resp *http.Response) *httpReply {
-	r := &httpReply{ctx: ctx, s: s}
-	r.open(resp)
-	return r
 }
 
 func (r *httpReply) open(resp *http.Response) {
@@ -110,6 +112,10 @@ func (r *httpReply) read() ([]byte, error) {
 // stream from the backend's last event ID; a stream without event IDs
 // cannot be resumed and the call is lost.
 func (r *httpReply) Next() ([]byte, error) {
+	if err := r.ctx.Err(); err != nil {
+		r.Close()
+		return nil, err // abandoned: whatever the backend still sends is not for the caller
+	}
 	for {
 		if r.body == nil {
 			if err := r.resume(); err != nil {
@@ -117,9 +123,15 @@ func (r *httpReply) Next() ([]byte, error) {
 			}
 			continue
 		}
+		if len(r.orig) == 0 {
+			// Every request of the call is answered: the backend has
+			// nothing more for it.
+			r.Close()
+			return nil, io.EOF
+		}
 		data, err := r.read()
 		if data != nil {
-			return data, nil
+			return r.restoreIDs(data), nil
 		}
 		r.body.Close()
 		r.body = nil
@@ -190,13 +202,69 @@ func (r *httpReply) resume() error {
 	return nil
 }
 
+// restoreIDs puts the client's ids back into the responses data holds,
+// and notes which requests are answered.
+func (r *httpReply) restoreIDs(data []byte) []byte {
+	ids := wire.ResponseIDs(data, nil)
+	if len(ids) == 0 {
+		return data
+	}
+	swap := func(m []byte) []byte {
+		for _, id := range wire.ResponseIDs(m, nil) {
+			if client, ok := r.orig[string(id)]; ok {
+				delete(r.orig, string(id))
+				m, _ = wire.ReplaceID(m, client)
+			}
+		}
+		return m
+	}
+	if t := bytes.TrimSpace(data); len(t) > 0 && t[0] == '[' {
+		var batch []json.RawMessage
+		if json.Unmarshal(t, &batch) != nil {
+			return data
+		}
+		for i := range batch {
+			batch[i] = swap(batch[i])
+		}
+		out, err := json.Marshal(batch)
+		if err != nil {
+			return data
+		}
+		return out
+	}
+	return swap(data)
+}
+
 // Close abandons the reply; a Next blocked on the backend returns.
 func (r *httpReply) Close() error {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.closed = true
+	var err error
 	if r.cur != nil {
-		return r.cur.Close()
+		err = r.cur.Close()
 	}
-	return nil
+	r.mu.Unlock()
+	r.finish()
+	return err
+}
+
+// finish forgets the reply in its session and releases its request.
+func (r *httpReply) finish() {
+	r.s.mu.Lock()
+	delete(r.s.calls, r)
+	for _, k := range r.keys {
+		if own, ok := r.s.inflightIDs[k]; ok && r.owns(own) {
+			delete(r.s.inflightIDs, k)
+		}
+	}
+	r.s.mu.Unlock()
+	if r.cancel != nil {
+		r.cancel()
+	}
+}
+
+// owns reports whether own is one of the ids this reply's requests went
+// under.
+func (r *httpReply) owns(own string) bool {
+	return strings.HasPrefix(own, `"mcprelay-`) && slices.Contains(r.ownIDs, own)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mcprelay/mcprelay/backend"
 	"github.com/mcprelay/mcprelay/eventlog"
+	"github.com/mcprelay/mcprelay/internal/wire"
 	"github.com/mcprelay/mcprelay/resume"
 )
 
@@ -150,7 +151,7 @@ func (h *Handler) sealStored(ctx context.Context, s *session, gen uint64) {
 		}
 		st.pending = make(map[string]json.RawMessage)
 		for _, id := range requestIDs(rec.RequestID) {
-			st.pending[matchKey(id)] = id
+			st.pending[wire.MatchKey(id)] = id
 		}
 		h.loseStream(st, resume.ReasonBackendLost, "mcprelay: request lost: the relay restarted before its response")
 	}
@@ -159,12 +160,12 @@ func (h *Handler) sealStored(ctx context.Context, s *session, gen uint64) {
 // requestIDs decodes a stream record's RequestID: one id, or a batch's
 // array of ids.
 func requestIDs(raw json.RawMessage) []json.RawMessage {
-	raw = idKey(raw)
+	raw = wire.IDKey(raw)
 	if len(raw) > 0 && raw[0] == '[' {
 		var ids []json.RawMessage
 		if json.Unmarshal(raw, &ids) == nil {
 			for i := range ids {
-				ids[i] = idKey(ids[i])
+				ids[i] = wire.IDKey(ids[i])
 			}
 			return ids
 		}
@@ -264,7 +265,7 @@ func awaitResponse(rep backend.Reply, id json.RawMessage) error {
 		case err != nil:
 			return err
 		}
-		for _, rid := range responseIDs(data, nil) {
+		for _, rid := range wire.ResponseIDs(data, nil) {
 			if string(rid) == string(id) {
 				return nil
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mcprelay/mcprelay/backend"
 	"github.com/mcprelay/mcprelay/eventlog"
+	"github.com/mcprelay/mcprelay/internal/wire"
 	"github.com/mcprelay/mcprelay/resume"
 )
 
@@ -252,7 +253,7 @@ func (h *Handler) noteCancelled(s *session, params json.RawMessage) {
 	if json.Unmarshal(params, &p) != nil {
 		return
 	}
-	id := matchKey(idKey(p.RequestID))
+	id := wire.MatchKey(wire.IDKey(p.RequestID))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for st := range s.inflight {

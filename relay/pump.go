@@ -10,6 +10,7 @@ import (
 
 	"github.com/mcprelay/mcprelay/backend"
 	"github.com/mcprelay/mcprelay/eventlog"
+	"github.com/mcprelay/mcprelay/internal/wire"
 	"github.com/mcprelay/mcprelay/resume"
 )
 
@@ -102,9 +103,9 @@ func (h *Handler) readReply(ctx context.Context, st *stream, rep backend.Reply, 
 		case err != nil:
 			return err
 		}
-		ids := responseIDs(data, nil)
+		ids := wire.ResponseIDs(data, nil)
 		for _, id := range ids {
-			delete(want, matchKey(id))
+			delete(want, wire.MatchKey(id))
 		}
 		select {
 		case ch <- routed{data: data, ids: ids}:
@@ -129,7 +130,7 @@ func (h *Handler) deliverBatch(st *stream, evs []eventlog.Event, ids [][]json.Ra
 	left := len(st.pending)
 	for i := range evs {
 		for _, id := range ids[i] {
-			k := matchKey(id)
+			k := wire.MatchKey(id)
 			if _, ok := st.pending[k]; ok && !slices.Contains(answered, k) {
 				answered = append(answered, k)
 				left--
@@ -183,12 +184,12 @@ func (h *Handler) routeUnrelated(s *session, gen uint64, data []byte) {
 	if !current {
 		return
 	}
-	if ids := responseIDs(data, nil); len(ids) == 1 {
+	if ids := wire.ResponseIDs(data, nil); len(ids) == 1 {
 		s.mu.Lock()
 		var target *stream
 		for st := range s.inflight {
 			st.mu.Lock()
-			_, ok := st.pending[matchKey(ids[0])]
+			_, ok := st.pending[wire.MatchKey(ids[0])]
 			st.mu.Unlock()
 			if ok {
 				target = st

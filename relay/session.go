@@ -11,6 +11,7 @@ import (
 
 	"github.com/mcprelay/mcprelay/backend"
 	"github.com/mcprelay/mcprelay/eventlog"
+	"github.com/mcprelay/mcprelay/internal/wire"
 	"github.com/mcprelay/mcprelay/resume"
 )
 
@@ -193,7 +194,7 @@ func (h *Handler) newStream(ctx context.Context, s *session, gen uint64, standal
 	if !standalone {
 		st.pending = make(map[string]json.RawMessage, len(ids))
 		for _, id := range ids {
-			st.pending[matchKey(id)] = id
+			st.pending[wire.MatchKey(id)] = id
 		}
 		if len(ids) == 1 {
 			rec.RequestID = ids[0]

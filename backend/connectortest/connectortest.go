@@ -96,8 +96,8 @@ type session struct {
 	lost      chan error
 }
 
-func initRequest(id string) []byte {
-	return []byte(`{"jsonrpc":"2.0","id":` + id + `,"method":"initialize","params":{"protocolVersion":"2025-06-18",` +
+func initRequestAt(id, version string) []byte {
+	return []byte(`{"jsonrpc":"2.0","id":` + id + `,"method":"initialize","params":{"protocolVersion":"` + version + `",` +
 		`"capabilities":{"sampling":{},"elicitation":{},"roots":{"listChanged":true}},` +
 		`"clientInfo":{"name":"connectortest","version":"0.0.1"}}}`)
 }
@@ -106,11 +106,17 @@ func initRequest(id string) []byte {
 // notifications/initialized and closes the session when t ends.
 func (s suite) open(t *testing.T, h Harness, id string) *session {
 	t.Helper()
+	return s.openAt(t, h, id, "2025-06-18")
+}
+
+// openAt is open at a protocol version (batches need 2025-03-26).
+func (s suite) openAt(t *testing.T, h Harness, id, version string) *session {
+	t.Helper()
 	ss := &session{unrelated: make(chan []byte, 1000), lost: make(chan error, 10)}
 	ctx, cancel := context.WithTimeout(t.Context(), wait)
 	defer cancel()
 	bs, resp, err := h.Connector.Open(ctx, backend.Init{
-		Request: initRequest(id),
+		Request: initRequestAt(id, version),
 		Unrelated: func(m []byte) {
 			select {
 			case ss.unrelated <- bytes.Clone(m):
@@ -299,7 +305,7 @@ func (s suite) callResult(t *testing.T) {
 
 func (s suite) batch(t *testing.T) {
 	h := s.newHarness(t)
-	ss := s.open(t, h, "1")
+	ss := s.openAt(t, h, "1", "2025-03-26") // batches exist in that revision only
 	b := []byte(`[` + string(toolCall(`"b-1"`, "test_simple_text", "", "")) + `,` +
 		string(toolCall(`2`, "test_error_handling", "", "")) + `]`)
 	msgs := readAll(t, ss.call(t, t.Context(), b))

@@ -1,0 +1,92 @@
+package wire
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+)
+
+// responseIDsReference is responseIDs written with encoding/json alone:
+// the meaning the fast path must keep.
+func responseIDsReference(data []byte) []json.RawMessage {
+	var out []json.RawMessage
+	var rs []route
+	if json.Unmarshal(data, &rs) == nil {
+		for _, r := range rs {
+			if id := IDKey(r.ID); r.Method == "" && len(id) > 0 {
+				out = append(out, id)
+			}
+		}
+		return out
+	}
+	var r route
+	if json.Unmarshal(data, &r) != nil {
+		return nil
+	}
+	if id := IDKey(r.ID); r.Method == "" && len(id) > 0 {
+		out = append(out, id)
+	}
+	return out
+}
+
+var routeSeeds = []string{
+	`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"x","progress":1}}`,
+	`{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"} \" ]"}]}}`,
+	`{"jsonrpc":"2.0","id":"a\"b","error":{"code":-32001,"message":"lost"}}`,
+	`{"jsonrpc":"2.0","id":7,"method":"sampling/createMessage","params":{}}`,
+	`{"id":null,"result":{}}`,
+	`{"id":1,"method":""}`,
+	`{"id":1,"method":null}`,
+	`{"method":"x","id":1}`,
+	`{"i\u0064":1,"result":1}`,
+	`{"id":1,"id":2,"result":1}`,
+	`[{"jsonrpc":"2.0","id":1,"result":{}},{"jsonrpc":"2.0","method":"n"}]`,
+	` { "id" : 12 , "result" : [ 1 , { } ] } `,
+	`{"id":1,"result":tru}`,
+	`{"id":1,"result":`,
+	`{}`, `[]`, `"x"`, `12`, ``,
+}
+
+func TestResponseIDsMatchesEncodingJSON(t *testing.T) {
+	for _, s := range routeSeeds {
+		got, want := fmt.Sprintf("%s", ResponseIDs([]byte(s), nil)), fmt.Sprintf("%s", responseIDsReference([]byte(s)))
+		if got != want {
+			t.Errorf("ResponseIDs(%s) = %s, want %s", s, got, want)
+		}
+	}
+}
+
+func FuzzResponseIDs(f *testing.F) {
+	for _, s := range routeSeeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, want := fmt.Sprintf("%s", ResponseIDs([]byte(s), nil)), fmt.Sprintf("%s", responseIDsReference([]byte(s)))
+		if got != want {
+			t.Fatalf("ResponseIDs(%q) = %s, want %s", s, got, want)
+		}
+	})
+}
+
+func BenchmarkResponseIDs(b *testing.B) {
+	note := []byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"tok","message":"step 12 of 100","progress":12,"total":100}}`)
+	resp := []byte(`{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"streamed 100 events"}]}}`)
+	var buf [1]json.RawMessage
+	b.Run("notification", func(b *testing.B) {
+		for b.Loop() {
+			ResponseIDs(note, buf[:0])
+		}
+	})
+	b.Run("response", func(b *testing.B) {
+		for b.Loop() {
+			ResponseIDs(resp, buf[:0])
+		}
+	})
+}
+
+func BenchmarkResponseIDsReference(b *testing.B) {
+	note := []byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"tok","message":"step 12 of 100","progress":12,"total":100}}`)
+	for b.Loop() {
+		responseIDsReference(note)
+	}
+}
