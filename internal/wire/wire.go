@@ -241,7 +241,8 @@ func ReplaceID(msg []byte, id []byte) (out []byte, ok bool) {
 	return append(out, msg[end:]...), true
 }
 
-// idSpan returns where the top-level "id" value of one JSON object lies.
+// idSpan returns where the top-level "id" value of one JSON object lies:
+// the last one, as encoding/json reads a key given twice.
 func idSpan(data []byte) (start, end int, ok bool) {
 	i := skipSpace(data, 0)
 	if i >= len(data) || data[i] != '{' {
@@ -265,12 +266,15 @@ func idSpan(data []byte) (start, end int, ok bool) {
 			return 0, 0, false
 		}
 		if string(key) == "id" {
-			return vstart, i, true
+			start, end, ok = vstart, i, true
 		}
 		i = skipSpace(data, i)
 		if i < len(data) && data[i] == ',' {
 			i = skipSpace(data, i+1)
 			continue
+		}
+		if i < len(data) && data[i] == '}' {
+			return start, end, ok
 		}
 		break
 	}

@@ -90,3 +90,54 @@ func BenchmarkResponseIDsReference(b *testing.B) {
 		responseIDsReference(note)
 	}
 }
+
+func TestReplaceID(t *testing.T) {
+	tests := []struct{ in, id, want string }{
+		{`{"jsonrpc":"2.0","id":1,"result":{}}`, `"a"`, `{"jsonrpc":"2.0","id":"a","result":{}}`},
+		{`{ "id" : "x\"y" , "method":"m"}`, `7`, `{ "id" : 7 , "method":"m"}`},
+		{`{"result":{"id":5},"id":2}`, `3`, `{"result":{"id":5},"id":3}`},
+		{`{"jsonrpc":"2.0","method":"n"}`, `1`, ``},
+		{`[{"id":1}]`, `2`, ``},
+	}
+	for _, tt := range tests {
+		got, ok := ReplaceID([]byte(tt.in), []byte(tt.id))
+		if tt.want == "" {
+			if ok {
+				t.Errorf("ReplaceID(%s) = %s, want not found", tt.in, got)
+			}
+			continue
+		}
+		if !ok || string(got) != tt.want {
+			t.Errorf("ReplaceID(%s, %s) = %s %v, want %s", tt.in, tt.id, got, ok, tt.want)
+		}
+	}
+}
+
+// FuzzReplaceID: whatever the message, a replaced id is the top-level id
+// encoding/json reads back, and nothing else changes meaning.
+func FuzzReplaceID(f *testing.F) {
+	for _, s := range routeSeeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data string) {
+		out, ok := ReplaceID([]byte(data), []byte(`"new-id"`))
+		if !ok {
+			return
+		}
+		var before, after map[string]json.RawMessage
+		if json.Unmarshal([]byte(data), &before) != nil {
+			return // not an object encoding/json reads: nothing promised
+		}
+		if err := json.Unmarshal(out, &after); err != nil {
+			t.Fatalf("ReplaceID(%q) = %q: not JSON any more: %v", data, out, err)
+		}
+		if string(after["id"]) != `"new-id"` {
+			t.Fatalf("ReplaceID(%q) = %q: id %s", data, out, after["id"])
+		}
+		for k, v := range before {
+			if k != "id" && string(after[k]) != string(v) {
+				t.Fatalf("ReplaceID(%q) changed %q: %s -> %s", data, k, v, after[k])
+			}
+		}
+	})
+}
