@@ -61,15 +61,21 @@
 // byte; integers are big-endian:
 //
 //	"S" sessionID                  → sessNum | session fields
-//	"s" sessNum streamNum          → stream record (key, generation, FirstSeq, LastSeq, terminal time, bytes, request ID)
+//	"i" sessNum streamNum          → stream identity (generation, key, request ID), written once
+//	"s" sessNum streamNum          → stream counters (FirstSeq, LastSeq, terminal time, bytes)
 //	"o" sessNum ord                → streamNum | n: a run of n events in the session's append order
 //	"e" sessNum streamNum seq      → type | data
 //
+// An append rewrites only the small "s" counters and one "o" run besides
+// its events: the request ID, which the client chooses and may be large,
+// is never written again after CreateStream.
+//
 // Read after a cursor is one bounded iterator SeekGE plus k Next calls,
-// O(log n + k). Streams is answered from memory. DeleteSession is three
+// O(log n + k). Streams is answered from memory. DeleteSession is four
 // range deletions plus one point deletion, whatever the session holds.
-// Open reads the "S", "s" and "o" records, never events, to rebuild every
-// session's counters and append-order runs.
+// Open reads the "S", "i", "s" and "o" records, never events, to rebuild
+// every session's counters and append-order runs. A format 1 directory
+// (identity inside the "s" record) is upgraded at Open.
 //
 // # Retention
 //

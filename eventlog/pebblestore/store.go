@@ -303,9 +303,27 @@ func (s *Store) load() (events int, err error) {
 	default:
 		ver := v[0]
 		closer.Close()
-		if ver != formatVersion {
+		switch ver {
+		case formatVersion:
+		case 1:
+			if err := s.upgradeV1(); err != nil {
+				return 0, fmt.Errorf("pebblestore: upgrading from format version 1: %w", err)
+			}
+		default:
 			return 0, fmt.Errorf("pebblestore: format version %d, want %d", ver, formatVersion)
 		}
+	}
+	idents := make(map[string]streamRecord)
+	err = s.scan(kindIdent, func(k, v []byte) error {
+		var r streamRecord
+		if len(k) != pairKeyLen || decodeIdent(v, &r) != nil {
+			return fmt.Errorf("stream identity key %x: %w", k, ErrCorrupt)
+		}
+		idents[string(k[1:])] = r
+		return nil
+	})
+	if err != nil {
+		return 0, err
 	}
 	byNum := make(map[uint64]*session)
 	err = s.scan(kindSession, func(k, v []byte) error {
@@ -326,8 +344,11 @@ func (s *Store) load() (events int, err error) {
 		if len(k) != pairKeyLen {
 			return fmt.Errorf("stream key %x: %w", k, ErrCorrupt)
 		}
-		r, err := decodeStream(v)
-		if err != nil {
+		r, ok := idents[string(k[1:])]
+		if !ok {
+			return fmt.Errorf("stream key %x: %w: no identity record", k, ErrCorrupt)
+		}
+		if err := decodeStream(v, &r); err != nil {
 			return fmt.Errorf("stream key %x: %w", k, err)
 		}
 		ss := byNum[beUint64(k[1:])]
@@ -391,6 +412,33 @@ func (s *Store) load() (events int, err error) {
 		}
 	}
 	return events, nil
+}
+
+// upgradeV1 moves every stream's identity out of its record (format 1)
+// into its own key (format 2), in one synced batch.
+func (s *Store) upgradeV1() error {
+	b := s.db.NewBatch()
+	defer b.Close()
+	var val []byte
+	err := s.scan(kindStream, func(k, v []byte) error {
+		r, err := decodeStreamV1(v)
+		if err != nil {
+			return fmt.Errorf("stream key %x: %w", k, err)
+		}
+		ik := append([]byte{kindIdent}, k[1:]...)
+		if err := b.Set(ik, appendIdent(val[:0], &r), nil); err != nil {
+			return err
+		}
+		val = appendStream(val[:0], &r)
+		return b.Set(k, val, nil)
+	})
+	if err != nil {
+		return err
+	}
+	if err := b.Set(keyVersion, []byte{formatVersion}, nil); err != nil {
+		return err
+	}
+	return b.Commit(pebble.Sync)
 }
 
 // scan calls f for every key of one kind, in order.

@@ -238,7 +238,7 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	defer t.release()
 	t.key = sessionKey(t.key[:0], id)
 	t.del(t.key)
-	for _, kind := range []byte{kindStream, kindOrder, kindEvent} {
+	for _, kind := range []byte{kindStream, kindIdent, kindOrder, kindEvent} {
 		var k [18]byte
 		lo := prefixKey(k[:0], kind, ss.num)
 		_ = t.b.DeleteRange(lo, prefixKey(lo[len(lo):len(lo)], kind, ss.num+1), nil)
@@ -315,6 +315,9 @@ func (s *Store) CreateStream(ctx context.Context, in *eventlog.Stream) error {
 	s.streams[in.Key] = st
 	s.mu.Unlock()
 	ss.streams[st.num] = st
+	t.key = pairKey(t.key[:0], kindIdent, ss.num, st.num)
+	t.val = appendIdent(t.val[:0], &st.streamRecord)
+	t.set(t.key, t.val)
 	t.markDirty(st)
 	if err := s.commit(t, nil); err != nil {
 		st.dropped = true
@@ -523,6 +526,8 @@ func (s *Store) dropStream(t *txn, st *stream) {
 	ss := st.sess
 	t.delEvents(st, st.rec.FirstSeq, st.rec.LastSeq+1)
 	t.key = pairKey(t.key[:0], kindStream, ss.num, st.num)
+	t.del(t.key)
+	t.key = pairKey(t.key[:0], kindIdent, ss.num, st.num)
 	t.del(t.key)
 	ss.events -= st.retained()
 	ss.bytes -= st.bytes
