@@ -107,7 +107,11 @@ type Log interface {
 	// The session must exist (ErrNotFound); ErrExists if the key is taken.
 	CreateStream(ctx context.Context, s *Stream) error
 	// Append assigns consecutive Seqs (LastSeq+1, ...) to events, setting
-	// events[i].Seq, stores them and returns the new LastSeq. terminal marks
+	// events[i].Seq, stores them and returns the new LastSeq. A store that
+	// may have lost acknowledged events in a crash starts the first append
+	// after it above every seq it may have handed out before (LastSeq
+	// reports what it holds), so a seq never names two events; Read then
+	// skips the seqs in between. terminal marks
 	// the last of them as the terminal event. ErrTerminal if the stream is
 	// already terminal; ErrNotFound if unknown.
 	//

@@ -31,6 +31,18 @@ const formatVersion = 2
 
 var keyVersion = []byte{kindMeta, 'v', 'e', 'r', 's', 'i', 'o', 'n'}
 
+// keyRun records how the last process used the store: runClean after a
+// Close, else the sync policy it ran with (runAlways or runRelaxed). It is
+// written with an fsync at Open and at Close.
+var keyRun = []byte{kindMeta, 'r', 'u', 'n'}
+
+// Values of keyRun.
+const (
+	runClean   byte = 0
+	runAlways  byte = 1
+	runRelaxed byte = 2
+)
+
 // Key lengths.
 const (
 	pairKeyLen  = 1 + 16
@@ -276,6 +288,34 @@ type streamRecord struct {
 	rec        eventlog.Stream
 	terminalAt int64 // unix nanoseconds of the terminal append; 0 if not terminal
 	bytes      int64 // sum of len(Data) of retained events
+	holes      []hole
+}
+
+// hole is a range of seqs [from, to) that the stream skipped after a crash
+// because they may have been handed out before it; no event has them.
+// Holes are ascending, each lies within [FirstSeq, LastSeq] with retained
+// events on both sides, and a slice of holes is never modified in place
+// (readers hold published copies).
+type hole struct{ from, to uint64 }
+
+// holeLen is the number of seqs in holes.
+func holeLen(holes []hole) uint64 {
+	var n uint64
+	for _, h := range holes {
+		n += h.to - h.from
+	}
+	return n
+}
+
+// nextSeq returns the seq of the event after seq, skipping a hole.
+func (r *streamRecord) nextSeq(seq uint64) uint64 {
+	seq++
+	for _, h := range r.holes {
+		if seq == h.from {
+			return h.to
+		}
+	}
+	return seq
 }
 
 // appendIdent appends the stored identity of r.
@@ -304,7 +344,13 @@ func appendStream(dst []byte, r *streamRecord) []byte {
 	}
 	dst = append(dst, flags)
 	dst = binary.AppendVarint(dst, r.terminalAt)
-	return binary.AppendUvarint(dst, uint64(r.bytes))
+	dst = binary.AppendUvarint(dst, uint64(r.bytes))
+	dst = binary.AppendUvarint(dst, uint64(len(r.holes)))
+	for _, h := range r.holes {
+		dst = binary.AppendUvarint(dst, h.from)
+		dst = binary.AppendUvarint(dst, h.to-h.from)
+	}
+	return dst
 }
 
 // decodeStream decodes a value written by appendStream into r.
@@ -315,6 +361,15 @@ func decodeStream(v []byte, r *streamRecord) error {
 	r.rec.Terminal = d.byte()&1 != 0
 	r.terminalAt = d.varint()
 	r.bytes = int64(d.uvarint())
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		return ErrCorrupt
+	}
+	r.holes = nil
+	for range n {
+		from := d.uvarint()
+		r.holes = append(r.holes, hole{from, from + d.uvarint()})
+	}
 	return d.err
 }
 

@@ -51,6 +51,24 @@
 // Pebble recovers from its WAL at Open in every case; a torn tail is
 // dropped, never a partial batch applied.
 //
+// # Seqs are never reused
+//
+// A client may hold the ID of an event that a crash then lost. So that no
+// later event gets that ID, a stream's seqs never run more than seqReserve
+// (1024) ahead of what is durable: under SyncInterval and SyncNone an
+// append that would pass the stream's last synced LastSeq by more is
+// committed with an fsync (one extra fsync per 1024 events of a busy
+// stream; a stream with fewer events never causes one). The store records
+// at Open (fsynced) which policy it runs with and at Close that it closed
+// cleanly. When Open finds that the last process ran with a relaxed policy
+// and did not close, every unfinished stream reports the LastSeq it holds,
+// and its next append starts at that LastSeq + seqReserve + 1 (and is
+// fsynced, by the rule above). The skipped seqs are a hole that holds no
+// event: Read returns the events on both sides as usual, a cursor inside
+// it reads on from the first event after it, and retention counts only
+// events. Under SyncAlways nothing acknowledged can be lost, and nothing
+// is skipped.
+//
 // A failed commit poisons the store (every later write fails with
 // [ErrFailed]) because the in-memory retention state no longer matches the
 // database; reopening the directory recovers the last committed state.

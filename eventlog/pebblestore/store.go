@@ -93,6 +93,14 @@ const (
 	defaultInterval      = 100 * time.Millisecond
 	memTableSize         = 64 << 20
 	cacheSize            = 64 << 20
+
+	// seqReserve bounds, per stream, how far the seqs handed out (returned
+	// by Append and visible to Read) may run ahead of what is durable:
+	// under SyncInterval and SyncNone an append that would pass the last
+	// synced LastSeq by more than seqReserve is committed with an fsync.
+	// After a crash under those policies a stream's next seq is therefore
+	// its durable LastSeq + seqReserve + 1, never one a client may hold.
+	seqReserve = 1024
 )
 
 // Log attribute keys.
@@ -133,6 +141,8 @@ type Store struct {
 	terminal termHeap // terminal streams of all sessions by terminal time
 
 	unsynced atomic.Bool // SyncInterval: committed since the last WAL fsync
+
+	crashed bool // the last process ran with a relaxed policy and did not Close
 
 	quit      chan struct{} // closed by Close
 	stopped   chan struct{} // closed when the background goroutine returns
@@ -193,21 +203,35 @@ type stream struct {
 	runs         int // entries of sess.order that refer to this stream
 	dirty        bool
 	dropped      bool
+	// floor: seqs up to it may have been handed out by a process that
+	// crashed; the next append starts above it. synced: the highest seq
+	// known to be durable (an fsync followed its commit).
+	floor, synced uint64
 
 	// What readers see: the record as of the last committed write.
 	pubMu     sync.Mutex
 	pubState  uint8
 	pub       eventlog.Stream
 	pubTermAt int64
+	pubHoles  []hole
 }
 
-func (st *stream) retained() int { return int(st.rec.LastSeq + 1 - st.rec.FirstSeq) }
+func (st *stream) retained() int {
+	return int(st.rec.LastSeq + 1 - st.rec.FirstSeq - holeLen(st.holes))
+}
 
 // published returns the stream's committed record.
 func (st *stream) published() (rec eventlog.Stream, terminalAt int64, state uint8) {
 	st.pubMu.Lock()
 	defer st.pubMu.Unlock()
 	return st.pub, st.pubTermAt, st.pubState
+}
+
+// publishedHoles returns the holes of the committed record.
+func (st *stream) publishedHoles() []hole {
+	st.pubMu.Lock()
+	defer st.pubMu.Unlock()
+	return st.pubHoles
 }
 
 func newSession(id string, num uint64) *session {
@@ -292,6 +316,7 @@ func open(dir string, opts Options, now func() time.Time, fs vfs.FS) (*Store, er
 // load checks the format version and rebuilds the in-memory state: it
 // reads session, stream and order records, never events.
 func (s *Store) load() (events int, err error) {
+	var ver byte // 0: new directory
 	v, closer, err := s.db.Get(keyVersion)
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
@@ -301,7 +326,7 @@ func (s *Store) load() (events int, err error) {
 	case err != nil:
 		return 0, err
 	default:
-		ver := v[0]
+		ver = v[0]
 		closer.Close()
 		switch ver {
 		case formatVersion:
@@ -312,6 +337,25 @@ func (s *Store) load() (events int, err error) {
 		default:
 			return 0, fmt.Errorf("pebblestore: format version %d, want %d", ver, formatVersion)
 		}
+	}
+	last, closer, err := s.db.Get(keyRun)
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+		// A new directory, or one of an older version that did not record
+		// its runs: assume the worst if it holds anything.
+		s.crashed = ver != 0
+	case err != nil:
+		return 0, err
+	default:
+		s.crashed = len(last) == 0 || last[0] == runRelaxed
+		closer.Close()
+	}
+	mark := runRelaxed
+	if s.sync == SyncAlways {
+		mark = runAlways
+	}
+	if err := s.db.Set(keyRun, []byte{mark}, pebble.Sync); err != nil {
+		return 0, err
 	}
 	idents := make(map[string]streamRecord)
 	err = s.scan(kindIdent, func(k, v []byte) error {
@@ -356,7 +400,11 @@ func (s *Store) load() (events int, err error) {
 			return fmt.Errorf("stream %q: %w: unknown session", r.rec.Key, ErrCorrupt)
 		}
 		r.sessNum, r.num, r.rec.Session = ss.num, beUint64(k[9:]), ss.id
-		st := &stream{streamRecord: r, sess: ss, pubState: pubLive, pub: r.rec, pubTermAt: r.terminalAt}
+		st := &stream{streamRecord: r, sess: ss, pubState: pubLive, pub: r.rec, pubTermAt: r.terminalAt, pubHoles: r.holes,
+			floor: r.rec.LastSeq, synced: r.rec.LastSeq}
+		if s.crashed && !r.rec.Terminal {
+			st.floor += seqReserve
+		}
 		ss.streams[r.num], ss.shown[r.num] = st, st
 		// A key reused after its terminal stream expired: the newer wins.
 		if old := s.streams[r.rec.Key]; old == nil || old.num < r.num {
@@ -581,9 +629,16 @@ func (s *Store) Read(ctx context.Context, key string, after uint64, limit int, b
 	if err := errors.Join(it.Error(), it.Close()); err != nil {
 		return eventlog.Stream{}, buf[:0], err
 	}
-	// An eviction (or drop) committed after the record was published.
+	// An eviction (or drop) committed after the record was published. A
+	// cursor in a crash hole expects the event after the hole.
+	expect := from
+	for _, h := range st.publishedHoles() {
+		if h.from <= from && from < h.to {
+			expect = h.to
+		}
+	}
 	switch {
-	case len(buf) > 0 && buf[0].Seq > from:
+	case len(buf) > 0 && buf[0].Seq > expect:
 		rec.FirstSeq = buf[0].Seq
 	case len(buf) == 0:
 		if _, _, state := st.published(); state != pubLive {
@@ -627,8 +682,10 @@ func (s *Store) Close() error {
 		s.life.Lock()
 		s.closed = true
 		s.life.Unlock()
-		if s.sync == SyncInterval && s.failed.Load() == nil {
-			s.closeErr = s.db.LogData(nil, pebble.Sync)
+		if s.failed.Load() == nil {
+			// Everything handed out is durable once this returns: the next
+			// Open need not skip seqs.
+			s.closeErr = s.db.Set(keyRun, []byte{runClean}, pebble.Sync)
 		}
 		if err := s.db.Close(); s.closeErr == nil {
 			s.closeErr = err

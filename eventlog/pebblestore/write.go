@@ -26,6 +26,7 @@ type txn struct {
 	now     time.Time
 	dirty   []*stream // records to write and publish
 	dropped []*stream // streams to unpublish
+	sync    bool      // commit with an fsync whatever the policy
 	key     []byte    // scratch; the batch copies keys and values
 	val     []byte
 }
@@ -91,14 +92,19 @@ func (s *Store) commit(t *txn, wo *pebble.WriteOptions) error {
 			t.set(t.key, t.val)
 		}
 	}
+	synced := false
 	if !t.b.Empty() {
 		if wo == nil {
 			wo = s.wo
 		}
+		if t.sync {
+			wo = pebble.Sync
+		}
 		if err := t.b.Commit(wo); err != nil {
 			return s.fail(err)
 		}
-		if s.sync == SyncInterval {
+		synced = wo.Sync
+		if s.sync == SyncInterval && !synced {
 			s.unsynced.Store(true)
 		}
 	}
@@ -106,9 +112,12 @@ func (s *Store) commit(t *txn, wo *pebble.WriteOptions) error {
 		if st.dropped {
 			continue
 		}
+		if synced {
+			st.synced = st.rec.LastSeq
+		}
 		st.pubMu.Lock()
 		created := st.pubState == pubPending
-		st.pubState, st.pub, st.pubTermAt = pubLive, st.rec, st.terminalAt
+		st.pubState, st.pub, st.pubTermAt, st.pubHoles = pubLive, st.rec, st.terminalAt, st.holes
 		st.pubMu.Unlock()
 		if created {
 			st.sess.viewMu.Lock()
@@ -371,7 +380,15 @@ func (s *Store) Append(ctx context.Context, key string, terminal bool, events ..
 // appendEvents adds events to t and updates the session's retention state.
 func (s *Store) appendEvents(t *txn, st *stream, terminal bool, events []eventlog.Event) uint64 {
 	ss := st.sess
-	first := st.rec.LastSeq + 1
+	first := max(st.rec.LastSeq, st.floor) + 1
+	if first > st.rec.LastSeq+1 {
+		// Seqs a crashed process may have handed out: skip them.
+		if st.rec.FirstSeq <= st.rec.LastSeq {
+			st.holes = append(st.holes, hole{st.rec.LastSeq + 1, first})
+		} else {
+			st.rec.FirstSeq = first
+		}
+	}
 	r := ss.order.back()
 	if r == nil || r.st != st {
 		ss.order.push(run{st: st, ord: ss.nextOrd})
@@ -392,7 +409,10 @@ func (s *Store) appendEvents(t *txn, st *stream, terminal bool, events []eventlo
 	}
 	r.n += len(events)
 	t.putRun(ss, r)
-	st.rec.LastSeq += uint64(len(events))
+	st.rec.LastSeq = first + uint64(len(events)) - 1
+	if st.rec.LastSeq > st.synced+seqReserve {
+		t.sync = true // see seqReserve
+	}
 	st.bytes += n
 	ss.bytes += n
 	ss.events += len(events)
@@ -431,11 +451,12 @@ func (s *Store) evict(t *txn, ss *session) {
 			continue
 		}
 		from := st.rec.FirstSeq
+		seq := from
 		k := 0
 		for k < r.n && over() {
 			var size int64
 			if r.unknown > 0 {
-				size = z.size(s, st, from+uint64(k))
+				size = z.size(s, st, seq)
 				r.unknown--
 			} else {
 				size = int64(r.sizes[0])
@@ -445,8 +466,12 @@ func (s *Store) evict(t *txn, ss *session) {
 			ss.bytes -= size
 			ss.events--
 			k++
+			seq = st.nextSeq(seq)
 		}
-		st.rec.FirstSeq += uint64(k)
+		st.rec.FirstSeq = seq
+		for len(st.holes) > 0 && st.holes[0].to <= seq {
+			st.holes = st.holes[1:]
+		}
 		t.delEvents(st, from, st.rec.FirstSeq)
 		t.markDirty(st)
 		if r.n -= k; r.n == 0 {
