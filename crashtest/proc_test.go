@@ -67,6 +67,7 @@ type relayProc struct {
 	addr    string
 	dataDir string
 	logDir  string
+	sync    string // --sync policy
 
 	cmd    *exec.Cmd
 	exited chan struct{}
@@ -77,8 +78,15 @@ type relayProc struct {
 	changed chan struct{} // closed and replaced when epoch grows
 }
 
-// newRelay starts the relay on a free loopback port with a fresh data dir.
+// newRelay starts the relay on a free loopback port with a fresh data dir
+// and --sync always.
 func newRelay(t *testing.T) *relayProc {
+	t.Helper()
+	return newRelaySync(t, "always")
+}
+
+// newRelaySync is newRelay with the given --sync policy.
+func newRelaySync(t *testing.T, sync string) *relayProc {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -87,7 +95,7 @@ func newRelay(t *testing.T) *relayProc {
 	addr := ln.Addr().String()
 	ln.Close()
 	tmp := t.TempDir()
-	p := &relayProc{t: t, addr: addr, dataDir: filepath.Join(tmp, "data"), logDir: tmp, changed: make(chan struct{})}
+	p := &relayProc{t: t, addr: addr, dataDir: filepath.Join(tmp, "data"), logDir: tmp, sync: sync, changed: make(chan struct{})}
 	t.Cleanup(func() {
 		p.kill()
 		if t.Failed() {
@@ -110,7 +118,7 @@ func (p *relayProc) start() {
 	}
 	defer logf.Close() // the child has its own descriptor
 	cmd := exec.Command(relayBin, "serve", "--addr", p.addr, "--data-dir", p.dataDir,
-		"--sync", "always", "--log-level", "warn")
+		"--sync", p.sync, "--log-level", "warn")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		p.t.Fatalf("starting mcprelay: %v", err)
