@@ -12,6 +12,10 @@ var (
 	ErrNotFound = errors.New("eventlog: not found")
 	ErrExists   = errors.New("eventlog: already exists")
 	ErrTerminal = errors.New("eventlog: stream is terminal")
+	// ErrUnavailable is wrapped by the errors of a store that cannot write
+	// now (its disk is full or failed): retry later (HTTP 503). Reads may
+	// still be served.
+	ErrUnavailable = errors.New("eventlog: store unavailable")
 )
 
 // Errors for invalid arguments and use after Close. They report programming

@@ -73,7 +73,7 @@ func serve(args []string) error {
 		up = backend.Remote(*upstream)
 		up.StatelessURL = *statelessURL
 	}
-	store, secret, err := openStore(*storeKind, *dataDir, *syncPolicy, eventlog.Retention{MaxEvents: *retainEvents, MaxBytes: *retainBytes, TerminalGrace: *grace})
+	store, secret, err := openStore(*storeKind, *dataDir, *syncPolicy, eventlog.Retention{MaxEvents: *retainEvents, MaxBytes: *retainBytes, TerminalGrace: *grace}, log)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -39,7 +40,7 @@ const (
 // that goes with it: kept in the data directory for the disk store (so
 // event IDs survive restarts), random for the memory store. The data
 // directory stays locked until the returned store is closed.
-func openStore(kind, dir, syncPolicy string, r eventlog.Retention) (eventlog.Store, []byte, error) {
+func openStore(kind, dir, syncPolicy string, r eventlog.Retention, log *slog.Logger) (eventlog.Store, []byte, error) {
 	switch kind {
 	case "memory":
 		return eventlog.NewMemory(r), nil, nil
@@ -63,7 +64,10 @@ func openStore(kind, dir, syncPolicy string, r eventlog.Retention) (eventlog.Sto
 		lock.Close()
 		return nil, nil, err
 	}
-	st, err := pebblestore.Open(filepath.Join(dir, eventsName), pebblestore.Options{Retention: r, Sync: policy})
+	if log != nil {
+		log = log.With("component", "eventlog")
+	}
+	st, err := pebblestore.Open(filepath.Join(dir, eventsName), pebblestore.Options{Retention: r, Sync: policy, Logger: log})
 	if err != nil {
 		lock.Close()
 		return nil, nil, fmt.Errorf("opening the event log in %s: %w", dir, err)

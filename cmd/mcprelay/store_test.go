@@ -44,7 +44,7 @@ func TestLoadSecretConcurrent(t *testing.T) {
 // but whose secret is gone must not start with a new secret.
 func TestMissingSecretNextToEventLog(t *testing.T) {
 	dir := t.TempDir()
-	st, secret, err := openStore("disk", dir, "always", eventlog.Retention{})
+	st, secret, err := openStore("disk", dir, "always", eventlog.Retention{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestMissingSecretNextToEventLog(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, secretName)); err != nil {
 		t.Fatal(err)
 	}
-	st, again, err := openStore("disk", dir, "always", eventlog.Retention{})
+	st, again, err := openStore("disk", dir, "always", eventlog.Retention{}, nil)
 	if err == nil {
 		st.Close()
 		t.Fatalf("started with a new secret (%x, was %x) next to an existing event log", again, secret)
@@ -68,7 +68,7 @@ func TestMissingSecretNextToEventLog(t *testing.T) {
 	}
 	// A data dir without an event log still gets a secret on first start.
 	fresh := t.TempDir()
-	st, _, err = openStore("disk", fresh, "always", eventlog.Retention{})
+	st, _, err = openStore("disk", fresh, "always", eventlog.Retention{}, nil)
 	if err != nil {
 		t.Fatalf("fresh data dir: %v", err)
 	}
@@ -79,17 +79,17 @@ func TestMissingSecretNextToEventLog(t *testing.T) {
 // process holds it; once the first closes, the directory is free again.
 func TestDataDirInUse(t *testing.T) {
 	dir := t.TempDir()
-	st, _, err := openStore("disk", dir, "always", eventlog.Retention{})
+	st, _, err := openStore("disk", dir, "always", eventlog.Retention{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = openStore("disk", dir, "always", eventlog.Retention{})
+	_, _, err = openStore("disk", dir, "always", eventlog.Retention{}, nil)
 	want := fmt.Sprintf("data dir %s is in use by another mcprelay (pid %d)", dir, os.Getpid())
 	if err == nil || err.Error() != want {
 		t.Errorf("second open: %v, want %q", err, want)
 	}
 	st.Close()
-	st, _, err = openStore("disk", dir, "always", eventlog.Retention{})
+	st, _, err = openStore("disk", dir, "always", eventlog.Retention{}, nil)
 	if err != nil {
 		t.Fatalf("open after close: %v", err)
 	}

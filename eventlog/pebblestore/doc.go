@@ -70,8 +70,14 @@
 // is skipped.
 //
 // A failed commit poisons the store (every later write fails with
-// [ErrFailed]) because the in-memory retention state no longer matches the
-// database; reopening the directory recovers the last committed state.
+// [ErrFailed], which wraps eventlog.ErrUnavailable) because the in-memory
+// retention state no longer matches the database; reads are still served,
+// and reopening the directory recovers the last committed state. Pebble's
+// fatal errors (a WAL or MANIFEST write failing on a full disk, often in
+// Pebble's own goroutines) do the same instead of ending the process. An
+// Open whose recovery keeps failing (Pebble retries the flush of the
+// recovered WAL at once, forever) gives up after a few failures and
+// returns the error.
 //
 // # Layout
 //

@@ -26,8 +26,9 @@ var (
 	ErrClosed = errors.New("pebblestore: store is closed")
 	// ErrCorrupt reports a stored record the store cannot decode.
 	ErrCorrupt = errors.New("pebblestore: corrupt record")
-	// ErrFailed wraps the write error after which the store refuses further
-	// writes; reopen the directory to recover.
+	// ErrFailed wraps the write error (or Pebble's fatal error) after which
+	// the store refuses further writes; reopen the directory to recover.
+	// Errors that wrap it also wrap eventlog.ErrUnavailable.
 	ErrFailed = errors.New("pebblestore: store failed")
 
 	errEmptyID       = errors.New("pebblestore: empty session ID")
@@ -143,6 +144,10 @@ type Store struct {
 	unsynced atomic.Bool // SyncInterval: committed since the last WAL fsync
 
 	crashed bool // the last process ran with a relaxed policy and did not Close
+
+	bgMu      sync.Mutex // rate-limits the logging of Pebble's background errors
+	bgLogged  time.Time
+	bgSkipped int
 
 	quit      chan struct{} // closed by Close
 	stopped   chan struct{} // closed when the background goroutine returns
@@ -275,19 +280,7 @@ func open(dir string, opts Options, now func() time.Time, fs vfs.FS) (*Store, er
 			return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
 		}
 	}
-	popts := &pebble.Options{
-		Logger:             pebbleLogger{log},
-		MemTableSize:       memTableSize,
-		CacheSize:          cacheSize,
-		FormatMajorVersion: pebble.FormatNewest,
-		FS:                 fs,
-	}
-	db, err := pebble.Open(dir, popts)
-	if err != nil {
-		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
-	}
 	s := &Store{
-		db:       db,
 		ret:      r,
 		sync:     opts.Sync,
 		wo:       pebble.NoSync,
@@ -299,10 +292,50 @@ func open(dir string, opts Options, now func() time.Time, fs vfs.FS) (*Store, er
 		quit:     make(chan struct{}),
 		stopped:  make(chan struct{}),
 	}
+	if fs == nil {
+		fs = vfs.Default
+	}
+	gfs := &guardFS{FS: fs}
+	var opening atomic.Bool
+	opening.Store(true)
+	bgErrs := make(chan error, 1)
+	popts := &pebble.Options{
+		Logger:             pebbleLogger{log: log, s: s},
+		MemTableSize:       memTableSize,
+		CacheSize:          cacheSize,
+		FormatMajorVersion: pebble.FormatNewest,
+		FS:                 gfs,
+		EventListener: &pebble.EventListener{BackgroundError: func(err error) {
+			s.logBackground(err)
+			if opening.Load() {
+				select {
+				case bgErrs <- err:
+				default:
+				}
+			}
+		}},
+	}
+	db, err := openPebble(dir, popts, gfs, bgErrs)
+	opening.Store(false)
+	if err == nil {
+		if ferr := s.failed.Load(); ferr != nil {
+			db.Close()
+			err = *ferr
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
+	}
+	s.db = db
 	if opts.Sync == SyncAlways {
 		s.wo = pebble.Sync
 	}
 	events, err := s.load()
+	if err == nil {
+		if ferr := s.failed.Load(); ferr != nil {
+			err = *ferr
+		}
+	}
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
@@ -311,6 +344,87 @@ func open(dir string, opts Options, now func() time.Time, fs vfs.FS) (*Store, er
 		logStreams, len(s.streams), logEvents, events, logElapsed, time.Since(start))
 	go s.run()
 	return s, nil
+}
+
+// openFailures is how many background errors pebble.Open may report
+// before the store gives up on it.
+const openFailures = 8
+
+// openPebble runs pebble.Open, but gives up when it keeps failing in the
+// background: Open waits for the flush of the recovered WAL, and Pebble
+// retries a failed flush at once, forever, so on a full disk Open would
+// spin without returning. Giving up returns the last error and slows that
+// Pebble instance down (each file creation waits a second) instead of
+// letting it spin; should it open after all (space came back), it is
+// closed, which frees the directory for the next Open.
+func openPebble(dir string, popts *pebble.Options, gfs *guardFS, bgErrs <-chan error) (*pebble.DB, error) {
+	type result struct {
+		db  *pebble.DB
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		db, err := pebble.Open(dir, popts)
+		done <- result{db, err}
+	}()
+	for failures := 0; ; {
+		select {
+		case r := <-done:
+			return r.db, r.err
+		case err := <-bgErrs:
+			if failures++; failures >= openFailures {
+				gfs.stall()
+				go func() {
+					if r := <-done; r.db != nil {
+						r.db.Close()
+					}
+				}()
+				return nil, fmt.Errorf("recovering the log keeps failing (%d times): %w", failures, err)
+			}
+		}
+	}
+}
+
+// guardFS is the file system Pebble uses. Once stalled, creating a file
+// first waits stallDelay.
+type guardFS struct {
+	vfs.FS
+	stalled atomic.Bool
+}
+
+const stallDelay = time.Second
+
+func (g *guardFS) stall() { g.stalled.Store(true) }
+
+func (g *guardFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	if g.stalled.Load() {
+		time.Sleep(stallDelay)
+	}
+	return g.FS.Create(name, c)
+}
+
+func (g *guardFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	if g.stalled.Load() {
+		time.Sleep(stallDelay)
+	}
+	return g.FS.ReuseForWrite(oldname, newname, c)
+}
+
+// logBackground logs one of Pebble's background errors (a failed flush or
+// compaction, which Pebble retries): the first at once, then at most one a
+// second, with the number left out.
+func (s *Store) logBackground(err error) {
+	s.bgMu.Lock()
+	now := time.Now()
+	if !s.bgLogged.IsZero() && now.Sub(s.bgLogged) < time.Second {
+		s.bgSkipped++
+		s.bgMu.Unlock()
+		return
+	}
+	skipped := s.bgSkipped
+	s.bgLogged, s.bgSkipped = now, 0
+	s.bgMu.Unlock()
+	s.log.Error("pebble: background error", logErr, err.Error(), "suppressed", skipped)
 }
 
 // load checks the format version and rebuilds the in-memory state: it
@@ -695,7 +809,10 @@ func (s *Store) Close() error {
 }
 
 // pebbleLogger sends Pebble's messages to the store's logger.
-type pebbleLogger struct{ log *slog.Logger }
+type pebbleLogger struct {
+	log *slog.Logger
+	s   *Store
+}
 
 func (l pebbleLogger) Infof(format string, args ...any) {
 	l.log.Debug("pebble: " + fmt.Sprintf(format, args...))
@@ -705,12 +822,16 @@ func (l pebbleLogger) Errorf(format string, args ...any) {
 	l.log.Error("pebble: " + fmt.Sprintf(format, args...))
 }
 
-// Fatalf is called on conditions Pebble cannot continue from; a library
-// must not exit the process, so it panics.
+// Fatalf is called on conditions Pebble cannot continue from, such as a
+// WAL or MANIFEST write failing on a full disk, often in one of Pebble's
+// own goroutines. A library must neither exit the process nor panic where
+// nobody can recover, so Fatalf fails the store instead: every later write
+// returns an error wrapping eventlog.ErrUnavailable (a commit that returns
+// after Fatalf counts as failed and is not published), reads are still
+// served from what was committed before, and reopening the directory
+// recovers once the cause is gone.
 func (l pebbleLogger) Fatalf(format string, args ...any) {
-	msg := "pebble: " + fmt.Sprintf(format, args...)
-	l.log.Error(msg)
-	panic(msg)
+	l.s.fail(fmt.Errorf(format, args...))
 }
 
 // termHeap orders terminal streams by their terminal time. Entries of

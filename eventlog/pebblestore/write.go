@@ -103,6 +103,11 @@ func (s *Store) commit(t *txn, wo *pebble.WriteOptions) error {
 		if err := t.b.Commit(wo); err != nil {
 			return s.fail(err)
 		}
+		if err := s.failed.Load(); err != nil {
+			// Pebble reported a fatal error (see pebbleLogger.Fatalf),
+			// maybe during this very commit: it may not be durable.
+			return *err
+		}
 		synced = wo.Sync
 		if s.sync == SyncInterval && !synced {
 			s.unsynced.Store(true)
@@ -153,11 +158,12 @@ func (s *Store) unpublish(dropped []*stream) {
 // fail poisons the store: its in-memory state no longer matches what is
 // committed, so every later write fails until the directory is reopened.
 func (s *Store) fail(err error) error {
-	err = fmt.Errorf("%w: %w", ErrFailed, err)
+	err = fmt.Errorf("%w: %w: %w", eventlog.ErrUnavailable, ErrFailed, err)
 	if s.failed.CompareAndSwap(nil, &err) {
 		s.log.Error("pebblestore: write failed; store refuses writes until reopened", logErr, err)
+		return err
 	}
-	return err
+	return *s.failed.Load()
 }
 
 // CreateSession implements [eventlog.Sessions].
@@ -593,7 +599,7 @@ func (s *Store) run() {
 		case <-ticker.C:
 		}
 		s.compact()
-		if s.unsynced.Swap(false) {
+		if s.unsynced.Swap(false) && s.failed.Load() == nil {
 			if err := s.db.LogData(nil, pebble.Sync); err != nil {
 				s.fail(err)
 			}
