@@ -55,9 +55,9 @@
 //
 // A client may hold the ID of an event that a crash then lost. So that no
 // later event gets that ID, a stream's seqs never run more than seqReserve
-// (1024) ahead of what is durable: under SyncInterval and SyncNone an
+// (65536) ahead of what is durable: under SyncInterval and SyncNone an
 // append that would pass the stream's last synced LastSeq by more is
-// committed with an fsync (one extra fsync per 1024 events of a busy
+// committed with an fsync (one extra fsync per 65536 events of a busy
 // stream; a stream with fewer events never causes one). The store records
 // at Open (fsynced) which policy it runs with and at Close that it closed
 // cleanly. When Open finds that the last process ran with a relaxed policy

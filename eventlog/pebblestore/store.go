@@ -94,15 +94,17 @@ const (
 	defaultInterval      = 100 * time.Millisecond
 	memTableSize         = 64 << 20
 	cacheSize            = 64 << 20
-
-	// seqReserve bounds, per stream, how far the seqs handed out (returned
-	// by Append and visible to Read) may run ahead of what is durable:
-	// under SyncInterval and SyncNone an append that would pass the last
-	// synced LastSeq by more than seqReserve is committed with an fsync.
-	// After a crash under those policies a stream's next seq is therefore
-	// its durable LastSeq + seqReserve + 1, never one a client may hold.
-	seqReserve = 1024
 )
+
+// seqReserve bounds, per stream, how far the seqs handed out (returned by
+// Append and visible to Read) may run ahead of what is durable: under
+// SyncInterval and SyncNone an append that would pass the last synced
+// LastSeq by more than seqReserve is committed with an fsync. After a crash
+// under those policies a stream's next seq is therefore its durable
+// LastSeq + seqReserve + 1, never one a client may hold. Seqs are uint64:
+// a hole of 2^16 per crash costs nothing, and a busy stream adds one fsync
+// per 65536 events. A variable so that tests can exercise the forced fsync.
+var seqReserve uint64 = 1 << 16
 
 // Log attribute keys.
 const (
