@@ -92,8 +92,15 @@ const (
 	defaultMaxBytes      = 8 << 20
 	defaultTerminalGrace = 5 * time.Minute
 	defaultInterval      = 100 * time.Millisecond
-	memTableSize         = 64 << 20
-	cacheSize            = 64 << 20
+	// memTableSize also sizes the WAL, which Pebble preallocates at about
+	// 1.1 × memTableSize: 64 MiB reserved 71 MB on an idle data dir.
+	memTableSize = 8 << 20
+	cacheSize    = 64 << 20
+	// compactGarbage: once sessions and streams holding this many bytes of
+	// events were deleted (and at least half the disk usage), the
+	// background goroutine compacts the whole key space, so that range
+	// deletions free their disk space (Pebble alone leaves them for long).
+	compactGarbage = 16 << 20
 )
 
 // seqReserve bounds, per stream, how far the seqs handed out (returned by
@@ -143,7 +150,11 @@ type Store struct {
 	termMu   sync.Mutex
 	terminal termHeap // terminal streams of all sessions by terminal time
 
-	unsynced atomic.Bool // SyncInterval: committed since the last WAL fsync
+	unsynced atomic.Bool  // SyncInterval: committed since the last WAL fsync
+	garbage  atomic.Int64 // bytes of events deleted with their session or stream since the last compaction
+
+	ctx    context.Context // cancelled by Close, to stop a compaction
+	cancel context.CancelFunc
 
 	crashed bool // the last process ran with a relaxed policy and did not Close
 
@@ -210,6 +221,7 @@ type stream struct {
 	runs         int // entries of sess.order that refer to this stream
 	dirty        bool
 	dropped      bool
+	hpos         int // 1 + index in Store.terminal; 0 if not there; guarded by Store.termMu
 	// floor: seqs up to it may have been handed out by a process that
 	// crashed; the next append starts above it. synced: the highest seq
 	// known to be durable (an fsync followed its commit).
@@ -294,6 +306,7 @@ func open(dir string, opts Options, now func() time.Time, fs vfs.FS) (*Store, er
 		quit:     make(chan struct{}),
 		stopped:  make(chan struct{}),
 	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if fs == nil {
 		fs = vfs.Default
 	}
@@ -542,6 +555,7 @@ func (s *Store) load() (events int, err error) {
 	for _, st := range terminal {
 		st.sess.terminal.push(st)
 		s.terminal = append(s.terminal, st)
+		st.hpos = len(s.terminal)
 	}
 	heap.Init(&s.terminal)
 	// Append order: keys sort by session, then ord. Runs of streams that no
@@ -793,6 +807,7 @@ func (s *Store) Streams(ctx context.Context, session string) ([]eventlog.Stream,
 // nil; other methods then fail with ErrClosed.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.cancel()
 		close(s.quit)
 		<-s.stopped
 		s.life.Lock()
@@ -836,20 +851,39 @@ func (l pebbleLogger) Fatalf(format string, args ...any) {
 	l.s.fail(fmt.Errorf(format, args...))
 }
 
-// termHeap orders terminal streams by their terminal time. Entries of
-// streams dropped otherwise are skipped when they come up.
+// termHeap orders terminal streams by their terminal time. A stream
+// dropped otherwise (its session deleted, or expired by a write to its
+// session) is removed at once, so that it holds no memory after that.
+// Each stream knows its position (hpos, guarded by termMu).
 type termHeap []*stream
 
 func (h termHeap) Len() int { return len(h) }
 
 // Less reads terminalAt, which is set before the push and never changes.
 func (h termHeap) Less(i, j int) bool { return h[i].terminalAt < h[j].terminalAt }
-func (h termHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *termHeap) Push(x any)        { *h = append(*h, x.(*stream)) }
+func (h termHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].hpos, h[j].hpos = i+1, j+1
+}
+func (h *termHeap) Push(x any) {
+	st := x.(*stream)
+	*h = append(*h, st)
+	st.hpos = len(*h)
+}
 func (h *termHeap) Pop() any {
 	old := *h
 	x := old[len(old)-1]
 	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
+	x.hpos = 0
 	return x
+}
+
+// unheap removes st from the terminal heap if it is there.
+func (s *Store) unheap(st *stream) {
+	s.termMu.Lock()
+	if st.hpos > 0 {
+		heap.Remove(&s.terminal, st.hpos-1)
+	}
+	s.termMu.Unlock()
 }

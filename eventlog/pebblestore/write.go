@@ -268,6 +268,10 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 		return err
 	}
 	ss.live = false
+	for ss.terminal.len() > 0 {
+		s.unheap(ss.terminal.pop())
+	}
+	s.garbage.Add(ss.bytes)
 	clear(ss.streams)
 	ss.order, ss.terminal = queue[run]{}, queue[*stream]{}
 	ss.events, ss.bytes, ss.stale = 0, 0, 0
@@ -562,6 +566,8 @@ func (s *Store) dropStream(t *txn, st *stream) {
 	t.del(t.key)
 	ss.events -= st.retained()
 	ss.bytes -= st.bytes
+	s.garbage.Add(st.bytes)
+	s.unheap(st)
 	ss.stale += st.runs
 	st.runs = 0
 	st.dropped = true
@@ -604,7 +610,30 @@ func (s *Store) run() {
 				s.fail(err)
 			}
 		}
+		s.compactDisk()
 	}
+}
+
+// compactDisk compacts the whole key space once enough was deleted (see
+// compactGarbage): deleted sessions then cost no disk space, and a restart
+// reads nothing of them.
+func (s *Store) compactDisk() {
+	g := s.garbage.Load()
+	if g < compactGarbage || s.failed.Load() != nil {
+		return
+	}
+	if usage := s.db.Metrics().DiskSpaceUsage(); uint64(g) < usage/2 {
+		return
+	}
+	s.garbage.Add(-g)
+	start := time.Now()
+	if err := s.db.Compact(s.ctx, []byte{0}, []byte{0xff}, false); err != nil {
+		if s.ctx.Err() == nil {
+			s.log.Warn("pebblestore: compacting after deletions", logErr, err)
+		}
+		return
+	}
+	s.log.Debug("pebblestore: compacted after deletions", "deleted", g, logElapsed, time.Since(start))
 }
 
 // compact drops every terminal stream whose grace has passed, one session
