@@ -167,3 +167,64 @@ func (s *Store) ss(t *testing.T, id string, want int) {
 		t.Errorf("session %s counts %d retained events, Read returns %d", id, ss.events, want)
 	}
 }
+
+// TestSeqSkipSurvivesLaterRuns: a stream that a relaxed-policy crash left
+// behind must still skip its seqs when it is next appended to, even if
+// processes in between (under any policy) never appended to it, crashed
+// or closed cleanly.
+func TestSeqSkipSurvivesLaterRuns(t *testing.T) {
+	cases := []struct {
+		name   string
+		policy SyncPolicy // of the run in between
+		clean  bool       // whether the run in between closed cleanly
+	}{
+		{"always, clean close", SyncAlways, true},
+		{"always, crash", SyncAlways, false},
+		{"interval, clean close", SyncInterval, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			c := newCrashFS(t)
+			s := c.open(SyncNone, eventlog.Retention{})
+			if err := s.CreateSession(ctx, &eventlog.Session{ID: "s", Incarnation: 1}); err != nil {
+				t.Fatal(err)
+			}
+			for _, key := range []string{"a", "b"} {
+				if err := s.CreateStream(ctx, &eventlog.Stream{Key: key, Session: "s", Generation: 1}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s.Close()
+			s = c.open(SyncNone, eventlog.Retention{})
+			var handed uint64
+			for range 20 {
+				var err error
+				if handed, err = s.Append(ctx, "b", false, eventlog.Event{Data: []byte("x")}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.crash(s, 0, nil) // loses b's 20 events
+
+			s = c.open(tc.policy, eventlog.Retention{})
+			if _, err := s.Append(ctx, "a", false, eventlog.Event{Data: []byte("y")}); err != nil {
+				t.Fatal(err)
+			}
+			if tc.clean {
+				s.Close()
+			} else {
+				c.crash(s, 0, nil)
+			}
+
+			s = c.open(SyncAlways, eventlog.Retention{})
+			defer s.Close()
+			last, err := s.Append(ctx, "b", false, eventlog.Event{Data: []byte("z")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if last <= handed {
+				t.Errorf("stream b handed out seq %d again (it handed out up to %d before the crash)", last, handed)
+			}
+		})
+	}
+}

@@ -63,7 +63,9 @@
 // cleanly. When Open finds that the last process ran with a relaxed policy
 // and did not close, every unfinished stream reports the LastSeq it holds,
 // and its next append starts at that LastSeq + seqReserve + 1 (and is
-// fsynced, by the rule above). The skipped seqs are a hole that holds no
+// fsynced, by the rule above). Until every such stream has made that skip,
+// the store stays marked as crashed (a clean Close leaves the mark), so a
+// later process, whatever its policy, skips them too. The skipped seqs are a hole that holds no
 // event: Read returns the events on both sides as usual, a cursor inside
 // it reads on from the first event after it, and retention counts only
 // events. Under SyncAlways nothing acknowledged can be lost, and nothing

@@ -479,8 +479,11 @@ func (s *Store) load() (events int, err error) {
 		s.crashed = len(last) == 0 || last[0] == runRelaxed
 		closer.Close()
 	}
+	// After a relaxed crash the store stays marked relaxed until a Close
+	// that leaves no stream with seqs still to skip (see Close): a crash
+	// before then must make the next Open skip them too.
 	mark := runRelaxed
-	if s.sync == SyncAlways {
+	if s.sync == SyncAlways && !s.crashed {
 		mark = runAlways
 	}
 	if err := s.db.Set(keyRun, []byte{mark}, pebble.Sync); err != nil {
@@ -815,14 +818,32 @@ func (s *Store) Close() error {
 		s.life.Unlock()
 		if s.failed.Load() == nil {
 			// Everything handed out is durable once this returns: the next
-			// Open need not skip seqs.
-			s.closeErr = s.db.Set(keyRun, []byte{runClean}, pebble.Sync)
+			// Open need not skip seqs, unless a stream has not yet made
+			// the skip a crash before this process asked of it.
+			mark := runClean
+			if s.skipPending() {
+				mark = runRelaxed
+			}
+			s.closeErr = s.db.Set(keyRun, []byte{mark}, pebble.Sync)
 		}
 		if err := s.db.Close(); s.closeErr == nil {
 			s.closeErr = err
 		}
 	})
 	return s.closeErr
+}
+
+// skipPending reports whether a stream still has to skip seqs at its next
+// append (see seqReserve). Close calls it once no call is in flight.
+func (s *Store) skipPending() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, st := range s.streams {
+		if !st.dropped && !st.rec.Terminal && st.floor > st.rec.LastSeq {
+			return true
+		}
+	}
+	return false
 }
 
 // pebbleLogger sends Pebble's messages to the store's logger.
