@@ -1,15 +1,20 @@
 // Package backend provides the connectors that carry JSON-RPC messages
-// between the relay and the MCP server it fronts.
+// between the relay and the MCP server it fronts, behind one small
+// interface: a [Connector] opens a backend [Session] from the client's
+// initialize request; a session's [Session.Call] returns a [Reply] with the
+// messages related to the call, messages related to no call go to
+// [Init.Unrelated], and a lost session is [ErrSessionLost].
 //
-// Every connector is an [Upstream]: a Streamable HTTP endpoint reached
-// through an [http.Client]. The server may be remote ([Remote]), or an
-// [http.Handler] in the same process reached without a socket ([Handler],
-// [SDK]). An HTTP backend tells the relay for free which client request each
-// server message belongs to: each upstream POST's SSE stream carries exactly
-// that request's messages, and the upstream GET stream carries the rest.
+// [Upstream] is the connector for Streamable HTTP servers, reached through
+// an [http.Client]: remote ([Remote]), or an [http.Handler] in the same
+// process reached without a socket ([Handler], [SDK]). An HTTP backend
+// tells which client request each server message belongs to for free: each
+// POST's SSE stream carries exactly that request's messages, the GET stream
+// the rest. It resumes a broken POST stream from the backend's own event
+// IDs, and serves stateless (2026-07-28) requests ([Stateless]).
 //
 //	up := backend.SDK(myServer, nil) // an official-Go-SDK *mcp.Server, both protocol eras
-//	h, _ := relay.New(relay.Options{Upstream: up})
+//	h, _ := relay.New(relay.Options{Backend: up})
 //	http.Handle("/mcp", h)
 package backend
 
@@ -20,7 +25,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// Upstream is a Streamable HTTP MCP server the relay talks to.
+// Upstream is the connector for a Streamable HTTP MCP server.
 type Upstream struct {
 	// URL is the server's MCP endpoint, used for session-based (legacy era)
 	// traffic: initialize, POST, GET and DELETE with Mcp-Session-Id.

@@ -62,6 +62,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcprelay/mcprelay/resume"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -73,18 +74,18 @@ var ErrRequestLost = errors.New("client: request lost")
 
 // CodeRequestLost is the JSON-RPC error code mcprelay uses for a request
 // whose response can no longer come, and the code of the [*LostError]'s
-// JSON-RPC form.
-const CodeRequestLost = -32001
+// JSON-RPC form: [resume.CodeRequestLost], the relay's own constant.
+const CodeRequestLost = resume.CodeRequestLost
 
 // Reasons a request is reported lost ([LostError.Reason]).
 const (
-	ReasonSessionLost     = "session_lost"          // the server answered 404: the session is gone
-	ReasonBackendLost     = "backend_lost"          // the server (mcprelay) said the backend lost it
-	ReasonStreamFinished  = "stream_finished"       // the stream ended (204, or after a reset) without its response
-	ReasonCursorRejected  = "cursor_rejected"       // the resume was refused (400, 409, 405, ...)
-	ReasonUnattributable  = "unattributable_cursor" // no cursor this client may send (none, bare integer, other session)
-	ReasonRetriesExceeded = "retries_exhausted"     // Options.MaxRetries resume attempts failed
-	ReasonSendFailed      = "send_failed"           // the POST itself failed
+	ReasonSessionLost     = "session_lost"                   // the server answered 404: the session is gone
+	ReasonBackendLost     = string(resume.ReasonBackendLost) // the server (mcprelay) said the backend lost it
+	ReasonStreamFinished  = "stream_finished"                // the stream ended (204, or after a reset) without its response
+	ReasonCursorRejected  = "cursor_rejected"                // the resume was refused (400, 409, 405, ...)
+	ReasonUnattributable  = "unattributable_cursor"          // no cursor this client may send (none, bare integer, other session)
+	ReasonRetriesExceeded = "retries_exhausted"              // Options.MaxRetries resume attempts failed
+	ReasonSendFailed      = "send_failed"                    // the POST itself failed
 )
 
 // LostError is the error of a request that was lost. It matches

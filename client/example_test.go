@@ -18,7 +18,7 @@ import (
 // resumes it by GET with Last-Event-ID each time, so the caller sees one
 // uninterrupted call with every progress notification once.
 func Example() {
-	h, err := relay.New(relay.Options{Upstream: backend.SDK(countServer(nil), nil), PollInterval: 10 * time.Millisecond})
+	h, err := relay.New(relay.Options{Backend: backend.SDK(countServer(nil), nil), PollInterval: 10 * time.Millisecond})
 	if err != nil {
 		log.Fatal(err)
 	}

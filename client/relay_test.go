@@ -83,7 +83,7 @@ func resultText(t *testing.T, res *mcp.CallToolResult) string {
 // newRelay starts mcprelay in front of srv on a loopback listener.
 func newRelay(t testing.TB, srv *mcp.Server, opts relay.Options) string {
 	t.Helper()
-	opts.Upstream = backend.SDK(srv, nil)
+	opts.Backend = backend.SDK(srv, nil)
 	h, err := relay.New(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -326,7 +326,7 @@ func (s *swapHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *swapHandler) swap(t *testing.T, srv *mcp.Server) {
-	h, err := relay.New(relay.Options{Upstream: backend.SDK(srv, nil)})
+	h, err := relay.New(relay.Options{Backend: backend.SDK(srv, nil)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/mcprelay/mcprelay/resume"
 	"github.com/mcprelay/mcprelay/sse"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 )
@@ -113,7 +114,7 @@ func (c *conn) readStream(body io.ReadCloser, st *streamState, sid string, inter
 		}
 		switch ev.Type {
 		case "", "message":
-		case "reset":
+		case resume.EventReset:
 			// What follows is complete from here on; nothing before it
 			// needs to be kept.
 			st.reset, st.progress = true, true

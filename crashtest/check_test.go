@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/mcprelay/mcprelay/eventlog"
-	"github.com/mcprelay/mcprelay/relay"
 	"github.com/mcprelay/mcprelay/resume"
 	"github.com/mcprelay/mcprelay/sse"
 )
@@ -43,7 +42,7 @@ func (v *violations) report(t *testing.T) {
 
 // idBook remembers every event ID delivered to any client, across every
 // restart: an ID seen twice was either redelivered as new (same event) or
-// reused for another event (DESIGN.md §7.4); both are violations, since
+// reused for another event (never-event 4 of docs/design.md); both are violations, since
 // every client resumes after the last ID it received.
 type idBook struct {
 	mu   sync.Mutex
@@ -86,6 +85,8 @@ type call struct {
 	data     map[string]bool
 
 	lostReset bool   // a backend_lost reset naming this call was received
+	gapped    bool   // a gap reset was the last thing received
+	via       string // the replica that served the last connection (replica tests)
 	genReset  bool   // a generation_changed reset was received (the stream must end)
 	outcome   string // "result", "lost" (error -32001), or why neither: "unsent", "rejected", "uncursored", "failed"
 	resumes   int
@@ -114,12 +115,7 @@ type message struct {
 	} `json:"error"`
 }
 
-type resetMsg struct {
-	Reason     string            `json:"reason"`
-	Stream     string            `json:"stream"`
-	Generation uint64            `json:"generation"`
-	Lost       []json.RawMessage `json:"lost"`
-}
+type resetMsg = resume.Reset
 
 // checker applies the per-event checks of one client (one session).
 type checker struct {
@@ -128,6 +124,7 @@ type checker struct {
 	v     *violations
 	sid   string
 	data  map[string]string // data of every ID'd event of the session → its ID, to catch the same event under two IDs
+	gapOK bool              // gap resets are expected (the store lost events); progress may jump after one
 }
 
 // handle checks one event received for c and records it.
@@ -199,6 +196,10 @@ func (k *checker) handle(c *call, ev sse.Event) {
 		if c.lostReset || c.done() {
 			k.v.addf("%s: progress after the call ended: %q", c.name, ev.Data)
 		}
+		if c.gapped && int(m.Params.Progress) > c.progress {
+			c.progress = int(m.Params.Progress) - 1 // announced by the gap reset
+		}
+		c.gapped = false
 		if int(m.Params.Progress) != c.progress+1 || int(m.Params.Total) != c.count {
 			k.v.addf("%s: progress %v/%v after %d/%d: a silent gap or a repeat", c.name, m.Params.Progress, m.Params.Total, c.progress, c.count)
 		}
@@ -222,7 +223,7 @@ func (k *checker) handle(c *call, ev sse.Event) {
 			}
 			c.outcome = "result"
 		case m.Error != nil:
-			if m.Error.Code != relay.CodeRequestLost || !c.lostReset {
+			if m.Error.Code != resume.CodeRequestLost || !c.lostReset {
 				k.v.addf("%s: error %q (backend_lost reset before it: %v)", c.name, ev.Data, c.lostReset)
 			}
 			c.outcome = "lost"
@@ -244,7 +245,7 @@ func (k *checker) reset(c *call, ev sse.Event) {
 		k.v.addf("%s: reset for stream %s gen %d on the call's stream %s gen %d", c.name, r.Stream, r.Generation, c.key, c.gen)
 	}
 	switch r.Reason {
-	case relay.ReasonBackendLost:
+	case resume.ReasonBackendLost:
 		// The seal the restored relay wrote to the log: it has an ID.
 		if ev.ID == "" || c.lostReset || c.done() {
 			k.v.addf("%s: unexpected backend_lost reset (id %q, already lost %v, outcome %q)", c.name, ev.ID, c.lostReset, c.outcome)
@@ -254,12 +255,17 @@ func (k *checker) reset(c *call, ev sse.Event) {
 			k.v.addf("%s: backend_lost reset does not list the call: %q", c.name, ev.Data)
 		}
 		c.lostReset = true
-	case relay.ReasonGenerationChanged:
+	case resume.ReasonGenerationChanged:
 		// Row 6's closing reset, sent by the relay (not from the log).
 		if ev.ID != "" {
 			k.v.addf("%s: generation_changed reset with an ID", c.name)
 		}
 		c.genReset = true
+	case resume.ReasonGap:
+		if !k.gapOK {
+			k.v.addf("%s: unexpected gap reset %q", c.name, ev.Data)
+		}
+		c.gapped = true
 	default:
 		// Retention is far above what this test writes: no gap, and every
 		// stream is known.

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcprelay/mcprelay/relay"
+	"github.com/mcprelay/mcprelay/resume"
 	"github.com/mcprelay/mcprelay/sse"
 )
 
@@ -186,7 +186,7 @@ func (cl *client) listen(ctx context.Context, resets *int) {
 				return true
 			}
 			var r resetMsg
-			if ev.Type != "reset" || json.Unmarshal(ev.Data, &r) != nil || r.Reason != relay.ReasonGenerationChanged || r.Stream != stream {
+			if ev.Type != "reset" || json.Unmarshal(ev.Data, &r) != nil || r.Reason != resume.ReasonGenerationChanged || r.Stream != stream {
 				cl.v.addf("standalone s%d: unexpected event on a stream with cursor on %s: id %q type %q %q", cl.n, stream, ev.ID, ev.Type, ev.Data)
 			}
 			*resets++

@@ -1,5 +1,5 @@
 // Package crashtest provides the kill -9 crash tests of mcprelay's restart
-// survival (DESIGN.md §3, §6, §7): it holds no library code, only tests that
+// survival (docs/design.md: the decision table, restarts, the never-events): it holds no library code, only tests that
 // build the mcprelay binary, run `mcprelay serve` on the disk store as a real
 // process, kill it with SIGKILL at random moments while many sessions stream
 // long tool calls, restart it on the same port and data directory, and check
@@ -13,9 +13,9 @@
 //
 // What is checked, across every round: no event reaches a wrong session or
 // stream; no event ID is delivered twice or reused for a different event,
-// across restarts (§7.4); progress arrives without a silent gap; every call
+// across restarts (never-event 4); progress arrives without a silent gap; every call
 // ends, within a bound, in its result or in a -32001 error under its id
-// after a backend_lost reset (§7.5); every resume is answered within a
+// after a backend_lost reset (never-event 5); every resume is answered within a
 // bound; and, audited from the event log on disk after the last kill, each
 // client received exactly what the log holds for its streams, so nothing
 // durable was lost and nothing undurable was shown (--sync always).

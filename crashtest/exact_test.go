@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcprelay/mcprelay/relay"
 	"github.com/mcprelay/mcprelay/resume"
 	"github.com/mcprelay/mcprelay/sse"
 )
@@ -126,7 +125,7 @@ func TestCrashResumeExact(t *testing.T) {
 			sresp.Body.Close()
 			var sr resetMsg
 			if err != nil || len(sevs) != 1 || sevs[0].Type != "reset" || json.Unmarshal(sevs[0].Data, &sr) != nil ||
-				sr.Reason != relay.ReasonGenerationChanged || sr.Stream != standalone.Stream.String() || sr.Generation != 1 {
+				sr.Reason != resume.ReasonGenerationChanged || sr.Stream != standalone.Stream.String() || sr.Generation != 1 {
 				t.Errorf("standalone resume: %q %v, want a generation_changed reset of %s gen 1", describe(sevs), err, standalone.Stream)
 			} else if c, err := codec.Parse(sevs[0].ID); err != nil || c.Stream != standalone.Stream || c.Generation != 1 || c.Seq != 1 {
 				t.Errorf("standalone seal's ID: %+v %v, want seq 1 of the old standalone stream", c, err)
@@ -158,7 +157,7 @@ func TestCrashResumeExact(t *testing.T) {
 			replay, last := got[:len(got)-1], got[len(got)-1]
 			var lr resetMsg
 			if last.Type != "reset" || last.ID != "" || json.Unmarshal(last.Data, &lr) != nil ||
-				lr.Reason != relay.ReasonGenerationChanged || lr.Stream != cur.Stream.String() || lr.Generation != 1 {
+				lr.Reason != resume.ReasonGenerationChanged || lr.Stream != cur.Stream.String() || lr.Generation != 1 {
 				t.Errorf("last event %q, want a generation_changed reset of stream %s gen 1 without an id", describe([]sse.Event{last}), cur.Stream)
 			}
 			seq := cur.Seq
@@ -272,7 +271,7 @@ func kind(t *testing.T, ev sse.Event, reqID string) string {
 			t.Errorf("reset %q: %v", ev.Data, err)
 		}
 		lost, _ := json.Marshal(r.Lost)
-		return "reset " + r.Reason + " " + string(lost)
+		return "reset " + string(r.Reason) + " " + string(lost)
 	}
 	var m message
 	if err := json.Unmarshal(ev.Data, &m); err != nil {

@@ -64,10 +64,11 @@ func needBinary(t *testing.T) {
 // called by the test goroutine only; epoch and waitEpoch by any goroutine.
 type relayProc struct {
 	t       *testing.T
+	name    string
 	addr    string
 	dataDir string
 	logDir  string
-	sync    string // --sync policy
+	args    []string // serve's arguments besides --addr
 
 	cmd    *exec.Cmd
 	exited chan struct{}
@@ -95,7 +96,8 @@ func newRelaySync(t *testing.T, sync string) *relayProc {
 	addr := ln.Addr().String()
 	ln.Close()
 	tmp := t.TempDir()
-	p := &relayProc{t: t, addr: addr, dataDir: filepath.Join(tmp, "data"), logDir: tmp, sync: sync, changed: make(chan struct{})}
+	p := &relayProc{t: t, name: "relay", addr: addr, dataDir: filepath.Join(tmp, "data"), logDir: tmp, changed: make(chan struct{})}
+	p.args = []string{"--data-dir", p.dataDir, "--sync", sync, "--log-level", "warn"}
 	t.Cleanup(func() {
 		p.kill()
 		if t.Failed() {
@@ -112,13 +114,12 @@ func (p *relayProc) url() string { return "http://" + p.addr + "/mcp" }
 func (p *relayProc) start() {
 	p.t.Helper()
 	p.starts++
-	logf, err := os.Create(filepath.Join(p.logDir, fmt.Sprintf("relay-%02d.log", p.starts)))
+	logf, err := os.Create(filepath.Join(p.logDir, fmt.Sprintf("%s-%02d.log", p.name, p.starts)))
 	if err != nil {
 		p.t.Fatal(err)
 	}
 	defer logf.Close() // the child has its own descriptor
-	cmd := exec.Command(relayBin, "serve", "--addr", p.addr, "--data-dir", p.dataDir,
-		"--sync", p.sync, "--log-level", "warn")
+	cmd := exec.Command(relayBin, append([]string{"serve", "--addr", p.addr}, p.args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		p.t.Fatalf("starting mcprelay: %v", err)
@@ -218,7 +219,7 @@ func (p *relayProc) openStore() *pebblestore.Store {
 }
 
 func (p *relayProc) dumpLogs() {
-	files, _ := filepath.Glob(filepath.Join(p.logDir, "relay-*.log"))
+	files, _ := filepath.Glob(filepath.Join(p.logDir, p.name+"-*.log"))
 	for _, f := range files {
 		b, _ := os.ReadFile(f)
 		if len(b) > 4000 {
@@ -318,4 +319,15 @@ func scan(resp *http.Response, fn func(sse.Event) bool) error {
 			return nil
 		}
 	}
+}
+
+// logText returns everything the process's starts logged.
+func (p *relayProc) logText() string {
+	files, _ := filepath.Glob(filepath.Join(p.logDir, p.name+"-*.log"))
+	var b strings.Builder
+	for _, f := range files {
+		data, _ := os.ReadFile(f)
+		b.Write(data)
+	}
+	return b.String()
 }

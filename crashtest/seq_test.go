@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcprelay/mcprelay/relay"
 	"github.com/mcprelay/mcprelay/resume"
 	"github.com/mcprelay/mcprelay/sse"
 )
@@ -162,13 +161,13 @@ func crashSeqs(t *testing.T, policy string) {
 				var r resetMsg
 				var m message
 				switch {
-				case ev.Type == "reset" && json.Unmarshal(ev.Data, &r) == nil && r.Reason == relay.ReasonBackendLost:
+				case ev.Type == "reset" && json.Unmarshal(ev.Data, &r) == nil && r.Reason == resume.ReasonBackendLost:
 					want, _ := json.Marshal(cl.call)
 					lostReset = ev.ID != "" && len(r.Lost) == 1 && string(r.Lost[0]) == string(want)
-				case ev.Type == "reset" && json.Unmarshal(ev.Data, &r) == nil && r.Reason == relay.ReasonGenerationChanged:
+				case ev.Type == "reset" && json.Unmarshal(ev.Data, &r) == nil && r.Reason == resume.ReasonGenerationChanged:
 					genReset = true
 				case ev.Type == "" && json.Unmarshal(ev.Data, &m) == nil && m.Error != nil:
-					lostError = m.ID == cl.call && m.Error.Code == relay.CodeRequestLost && lostReset
+					lostError = m.ID == cl.call && m.Error.Code == resume.CodeRequestLost && lostReset
 				}
 			}
 			if !lostReset || !lostError || !genReset {

@@ -1,6 +1,6 @@
 // Package e2e provides mcprelay's end-to-end tests: real clients driving a
 // relay in front of a real MCP server, and stress runs that try to make each
-// failure of DESIGN.md §7 happen. It holds no library code; run it with
+// never-event of docs/design.md happen. It holds no library code; run it with
 //
 //	go test -race ./e2e/...
 //
@@ -17,7 +17,7 @@
 //     every progress notification exactly once, in order, then the result.
 //   - TestNoCrossSessionDelivery, TestNoSilentGap,
 //     TestFinishedStreamsNeverHang, TestEventIDsNeverRepeat and
-//     TestNoRequestLostSilently (DESIGN.md §7.1–§7.5): many concurrent
+//     TestNoRequestLostSilently (never-events 1–5 of docs/design.md): many concurrent
 //     sessions with distinct bearer tokens run long streaming calls whose
 //     progress tokens name their session, over raw HTTP clients that cut
 //     their connections at random points and resume with Last-Event-ID,

@@ -1,11 +1,9 @@
 package e2e_test
 
 import (
-	"context"
 	"errors"
 	"io"
 	"math/rand/v2"
-	"net/http"
 	"net/http/httptest"
 	"sync"
 	"testing"
@@ -15,45 +13,6 @@ import (
 
 // testSecret keys event IDs; fixed so that failures reproduce.
 var testSecret = []byte("e2e-test-secret-0123456789abcdef")
-
-// restartable is an in-process backend that can be "restarted" as by a
-// crash: the old server's in-flight requests are cut and a fresh example
-// server, which knows no session, takes over.
-type restartable struct {
-	make func() http.Handler // builds the backend handler at each (re)start
-
-	mu     sync.Mutex
-	h      http.Handler
-	ctx    context.Context
-	cancel context.CancelFunc
-}
-
-func (r *restartable) restart() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.cancel != nil {
-		r.cancel()
-	}
-	r.ctx, r.cancel = context.WithCancel(context.Background())
-	r.h = r.make()
-}
-
-func (r *restartable) stop() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.cancel()
-}
-
-func (r *restartable) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	r.mu.Lock()
-	h, ctx := r.h, r.ctx
-	r.mu.Unlock()
-	rctx, cancel := context.WithCancel(req.Context())
-	defer cancel()
-	stop := context.AfterFunc(ctx, cancel)
-	defer stop()
-	h.ServeHTTP(w, req.WithContext(rctx))
-}
 
 // startRelay serves a relay with opts on a loopback httptest server and
 // returns its URL. Everything is torn down when the test ends.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"image/png"
 	"net/http"
 	"reflect"
 	"slices"
@@ -13,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mcprelay/mcprelay/internal/mcptest"
 
 	"github.com/mcprelay/mcprelay/backend"
 	"github.com/mcprelay/mcprelay/exampleserver"
@@ -87,25 +88,6 @@ func connectSDK(t *testing.T, url, version string, client *http.Client) *sdkClie
 	return c
 }
 
-func onlyText(t *testing.T, res *mcp.CallToolResult) string {
-	t.Helper()
-	if len(res.Content) != 1 {
-		t.Fatalf("content has %d items, want 1: %+v", len(res.Content), res.Content)
-	}
-	tc, ok := res.Content[0].(*mcp.TextContent)
-	if !ok {
-		t.Fatalf("content is %T, want text", res.Content[0])
-	}
-	return tc.Text
-}
-
-func checkPNG(t *testing.T, data []byte) {
-	t.Helper()
-	if _, err := png.Decode(bytes.NewReader(data)); err != nil {
-		t.Errorf("image data is not a valid PNG: %v", err)
-	}
-}
-
 // receive returns the next value on ch, failing the test after sdkWait.
 func receive[T any](t *testing.T, ch <-chan T, what string) T {
 	t.Helper()
@@ -125,7 +107,7 @@ func receive[T any](t *testing.T, ch <-chan T, what string) T {
 // relay. The relay must carry that tool error through unchanged.
 func legacyRequestRefused(t *testing.T, _ *sdkClient, res *mcp.CallToolResult) {
 	t.Helper()
-	if got := onlyText(t, res); !res.IsError || !strings.Contains(got, "cannot be sent while serving a request on protocol version 2026-07-28") {
+	if got := mcptest.OnlyText(t, res); !res.IsError || !strings.Contains(got, "cannot be sent while serving a request on protocol version 2026-07-28") {
 		t.Errorf("result %q (isError %v), want the SDK's refusal of a legacy server-to-client request", got, res.IsError)
 	}
 }
@@ -142,7 +124,7 @@ var exampleTools = []struct {
 	modern func(t *testing.T, c *sdkClient, res *mcp.CallToolResult)
 }{
 	{"test_simple_text", map[string]any{}, nil, func(t *testing.T, _ *sdkClient, res *mcp.CallToolResult) {
-		if got := onlyText(t, res); got != "This is a simple text response for testing." {
+		if got := mcptest.OnlyText(t, res); got != "This is a simple text response for testing." {
 			t.Errorf("text %q", got)
 		}
 	}, nil},
@@ -151,7 +133,7 @@ var exampleTools = []struct {
 		if len(res.Content) != 1 || !ok || img.MIMEType != "image/png" {
 			t.Fatalf("content %+v, want one image/png", res.Content)
 		}
-		checkPNG(t, img.Data)
+		mcptest.CheckPNG(t, img.Data)
 	}, nil},
 	{"test_audio_content", map[string]any{}, nil, func(t *testing.T, _ *sdkClient, res *mcp.CallToolResult) {
 		a, ok := res.Content[0].(*mcp.AudioContent)
@@ -182,7 +164,7 @@ var exampleTools = []struct {
 		if img, ok := res.Content[1].(*mcp.ImageContent); !ok || img.MIMEType != "image/png" {
 			t.Errorf("item 1 = %+v", res.Content[1])
 		} else {
-			checkPNG(t, img.Data)
+			mcptest.CheckPNG(t, img.Data)
 		}
 		want := mcp.ResourceContents{URI: "test://mixed-content-resource", MIMEType: "application/json", Text: `{"test":"data","value":123}`}
 		if r, ok := res.Content[2].(*mcp.EmbeddedResource); !ok || !reflect.DeepEqual(*r.Resource, want) {
@@ -190,7 +172,7 @@ var exampleTools = []struct {
 		}
 	}, nil},
 	{"test_tool_with_logging", map[string]any{}, nil, func(t *testing.T, c *sdkClient, res *mcp.CallToolResult) {
-		if got := onlyText(t, res); got != "Tool with logging executed successfully" {
+		if got := mcptest.OnlyText(t, res); got != "Tool with logging executed successfully" {
 			t.Errorf("text %q", got)
 		}
 		// Log messages are sent only at or above the session's level; the
@@ -206,12 +188,12 @@ var exampleTools = []struct {
 		// At 2026-07-28 the SDK client cannot set a log level (the SDK
 		// server rejects its logging/setLevel for a missing _meta
 		// protocolVersion, also without the relay), so no log is sent.
-		if got := onlyText(t, res); got != "Tool with logging executed successfully" {
+		if got := mcptest.OnlyText(t, res); got != "Tool with logging executed successfully" {
 			t.Errorf("text %q", got)
 		}
 	}},
 	{"test_tool_with_progress", map[string]any{}, "every-tool-progress", func(t *testing.T, c *sdkClient, res *mcp.CallToolResult) {
-		if got := onlyText(t, res); got != "Tool with progress executed successfully" {
+		if got := mcptest.OnlyText(t, res); got != "Tool with progress executed successfully" {
 			t.Errorf("text %q", got)
 		}
 		var got []float64
@@ -227,12 +209,12 @@ var exampleTools = []struct {
 		}
 	}, nil},
 	{"test_error_handling", map[string]any{}, nil, func(t *testing.T, _ *sdkClient, res *mcp.CallToolResult) {
-		if !res.IsError || onlyText(t, res) != "This tool intentionally returns an error for testing" {
+		if !res.IsError || mcptest.OnlyText(t, res) != "This tool intentionally returns an error for testing" {
 			t.Errorf("result %+v, want the tool error", res)
 		}
 	}, nil},
 	{"test_sampling", map[string]any{"prompt": "Test prompt for sampling"}, nil, func(t *testing.T, c *sdkClient, res *mcp.CallToolResult) {
-		if got := onlyText(t, res); got != "LLM response: This is a test response from the client" {
+		if got := mcptest.OnlyText(t, res); got != "LLM response: This is a test response from the client" {
 			t.Errorf("text %q", got)
 		}
 		p := receive(t, c.samples, "sampling request")
@@ -245,7 +227,7 @@ var exampleTools = []struct {
 	}, legacyRequestRefused},
 	{"test_elicitation", map[string]any{"message": "Please provide your information"}, nil, func(t *testing.T, c *sdkClient, res *mcp.CallToolResult) {
 		want := `User response: action=accept, content={"email":"test@example.com","username":"testuser"}`
-		if got := onlyText(t, res); got != want {
+		if got := mcptest.OnlyText(t, res); got != want {
 			t.Errorf("text %q, want %q", got, want)
 		}
 		if p := receive(t, c.elicits, "elicitation"); p.Message != "Please provide your information" {
@@ -254,30 +236,30 @@ var exampleTools = []struct {
 	}, legacyRequestRefused},
 	{"test_elicitation_sep1034_defaults", map[string]any{}, nil, func(t *testing.T, c *sdkClient, res *mcp.CallToolResult) {
 		want := `Elicitation completed: action=accept, content={"age":25,"name":"Jane Smith","score":88,"status":"inactive","verified":false}`
-		if got := onlyText(t, res); got != want {
+		if got := mcptest.OnlyText(t, res); got != want {
 			t.Errorf("text %q, want %q", got, want)
 		}
 		receive(t, c.elicits, "elicitation")
 	}, legacyRequestRefused},
 	{"test_elicitation_sep1330_enums", map[string]any{}, nil, func(t *testing.T, c *sdkClient, res *mcp.CallToolResult) {
 		want := `Elicitation completed: action=accept, content={"legacyEnum":"opt1","titledMulti":["value1","value2"],"titledSingle":"value1","untitledMulti":["option1","option2"],"untitledSingle":"option1"}`
-		if got := onlyText(t, res); got != want {
+		if got := mcptest.OnlyText(t, res); got != want {
 			t.Errorf("text %q, want %q", got, want)
 		}
 		receive(t, c.elicits, "elicitation")
 	}, legacyRequestRefused},
 	{"json_schema_2020_12_tool", map[string]any{"name": "x", "address": map[string]any{"city": "y"}}, nil, func(t *testing.T, _ *sdkClient, res *mcp.CallToolResult) {
-		if got := onlyText(t, res); res.IsError || got != `JSON Schema 2020-12 tool called with: {"address":{"city":"y"},"name":"x"}` {
+		if got := mcptest.OnlyText(t, res); res.IsError || got != `JSON Schema 2020-12 tool called with: {"address":{"city":"y"},"name":"x"}` {
 			t.Errorf("result %q (isError %v)", got, res.IsError)
 		}
 	}, nil},
 	{"test_reconnection", map[string]any{}, nil, func(t *testing.T, _ *sdkClient, res *mcp.CallToolResult) {
-		if got := onlyText(t, res); got != "Reconnection test completed successfully" {
+		if got := mcptest.OnlyText(t, res); got != "Reconnection test completed successfully" {
 			t.Errorf("text %q", got)
 		}
 	}, nil},
 	{"stream_progress", map[string]any{"count": 5, "interval_ms": 10}, "every-tool-stream", func(t *testing.T, c *sdkClient, res *mcp.CallToolResult) {
-		if got := onlyText(t, res); got != "streamed 5 events" {
+		if got := mcptest.OnlyText(t, res); got != "streamed 5 events" {
 			t.Errorf("text %q", got)
 		}
 		for i := 1; i <= 5; i++ {
@@ -295,7 +277,7 @@ var exampleTools = []struct {
 // revision (2026-07-28, stateless pass-through).
 func TestSDKClientEveryTool(t *testing.T) {
 	_, url := startRelay(t, relay.Options{
-		Upstream: backend.SDK(exampleserver.New(nil), &mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)}),
+		Backend: backend.SDK(exampleserver.New(nil), &mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)}),
 	})
 	for _, version := range []string{"2025-11-25", ""} {
 		name := version
@@ -392,7 +374,7 @@ func TestSDKClientEveryTool(t *testing.T) {
 					}
 					got := *res.Contents[0]
 					if tt.want.Blob != nil {
-						checkPNG(t, got.Blob)
+						mcptest.CheckPNG(t, got.Blob)
 						got.Blob, tt.want.Blob = nil, nil
 					}
 					if !reflect.DeepEqual(got, tt.want) {
@@ -432,7 +414,7 @@ func TestSDKClientEveryTool(t *testing.T) {
 					for i, m := range res.Messages {
 						got := m.Content
 						if img, ok := got.(*mcp.ImageContent); ok {
-							checkPNG(t, img.Data)
+							mcptest.CheckPNG(t, img.Data)
 							got = &mcp.ImageContent{MIMEType: img.MIMEType}
 						}
 						if m.Role != "user" || !reflect.DeepEqual(got, tt.want[i]) {
@@ -584,7 +566,7 @@ func TestSDKClientResumesCutStream(t *testing.T) {
 			srv := exampleserver.New(nil)
 			addRequestStreamTool(srv)
 			_, url := startRelay(t, relay.Options{
-				Upstream: backend.SDK(srv, &mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)}),
+				Backend: backend.SDK(srv, &mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)}),
 			})
 			cut := &cutter{base: http.DefaultTransport, offsets: tt.offsets()}
 			c := connectSDK(t, url, tt.protocol, &http.Client{Transport: cut})
@@ -601,7 +583,7 @@ func TestSDKClientResumesCutStream(t *testing.T) {
 			if err != nil {
 				t.Fatalf("tools/call: %v\n%s", err, report())
 			}
-			if got, want := onlyText(t, res), fmt.Sprintf("streamed %d events", count); got != want {
+			if got, want := mcptest.OnlyText(t, res), fmt.Sprintf("streamed %d events", count); got != want {
 				t.Errorf("result %q, want %q", got, want)
 			}
 			// Notification handlers may run after CallTool returns: wait on

@@ -14,10 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcprelay/mcprelay/internal/mcptest"
+
 	"github.com/mcprelay/mcprelay/backend"
 	"github.com/mcprelay/mcprelay/eventlog"
 	"github.com/mcprelay/mcprelay/exampleserver"
 	"github.com/mcprelay/mcprelay/relay"
+	"github.com/mcprelay/mcprelay/resume"
 	"github.com/mcprelay/mcprelay/sse"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -51,15 +54,15 @@ var stressVariants = []stressVariant{
 	{name: "tiny retention", retention: eventlog.Retention{MaxEvents: 6}, sessions: 16, calls: 3, count: 30, intervalMS: 8, restartAfter: 200 * time.Millisecond, maxPause: 120 * time.Millisecond},
 }
 
-// Rules of DESIGN.md §7, as keys of stressReport.violations (0: the run
+// The never-events of docs/design.md, as keys of stressReport.violations (0: the run
 // itself could not be set up).
 const (
 	ruleSetup        = 0
-	ruleCrossSession = 1 // §7.1
-	ruleSilentGap    = 2 // §7.2
-	ruleHang         = 3 // §7.3
-	ruleIDRepeat     = 4 // §7.4
-	ruleLost         = 5 // §7.5
+	ruleCrossSession = 1 // never-event 1
+	ruleSilentGap    = 2 // never-event 2
+	ruleHang         = 3 // never-event 3
+	ruleIDRepeat     = 4 // never-event 4
+	ruleLost         = 5 // never-event 5
 )
 
 // stressReport is what a stress run observed.
@@ -107,10 +110,10 @@ func (r *stressReport) check(t *testing.T, rule int) {
 		t.Errorf("setup: %s", v)
 	}
 	for _, v := range r.violations[rule] {
-		t.Errorf("§7.%d: %s", rule, v)
+		t.Errorf("never-event %d: %s", rule, v)
 	}
 	if n := r.stats[fmt.Sprintf("violations/%d/dropped", rule)]; n > 0 {
-		t.Errorf("§7.%d: %d more violations", rule, n)
+		t.Errorf("never-event %d: %d more violations", rule, n)
 	}
 }
 
@@ -120,7 +123,7 @@ var (
 )
 
 // stress runs v once per test binary run and returns what it observed;
-// each §7 test checks its own rule against the same runs.
+// each never-event test checks its own rule against the same runs.
 func stress(t *testing.T, v stressVariant) *stressReport {
 	t.Helper()
 	stressMu.Lock()
@@ -137,17 +140,15 @@ func stress(t *testing.T, v stressVariant) *stressReport {
 
 func runStress(v stressVariant, seed uint64) *stressReport {
 	r := &stressReport{violations: map[int][]string{}, stats: map[string]int{}, ids: map[string]idRecord{}}
-	be := &restartable{}
-	be.make = func() http.Handler {
+	be := mcptest.NewRestartable(func() http.Handler {
 		srv := exampleserver.New(nil)
 		addRequestStreamTool(srv)
 		return backend.SDKHandler(srv, &mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)})
-	}
-	be.restart()
-	defer be.stop()
+	})
+	defer be.Stop()
 	up := backend.Handler(be)
 	up.StatelessURL = up.URL + "/stateless"
-	h, err := relay.New(relay.Options{Upstream: up, Secret: testSecret, Store: eventlog.NewMemory(v.retention)})
+	h, err := relay.New(relay.Options{Backend: up, Secret: testSecret, Store: eventlog.NewMemory(v.retention)})
 	if err != nil {
 		r.violate(ruleSetup, "relay.New: %v", err)
 		return r
@@ -171,7 +172,7 @@ func runStress(v stressVariant, seed uint64) *stressReport {
 		inits.Wait()
 		select {
 		case <-time.After(v.restartAfter):
-			be.restart()
+			be.Restart()
 			r.count("backend restarts")
 		case <-stopRestart:
 		}
@@ -542,8 +543,8 @@ func (c *callState) consume(resp *http.Response, cursor string, limit int, what 
 				continue
 			}
 			if m.Error != nil {
-				if m.Error.Code != relay.CodeRequestLost {
-					rep.violate(ruleLost, "%s (%s): error response %s, want a result or code %d", c.name, what, ev.Data, relay.CodeRequestLost)
+				if m.Error.Code != resume.CodeRequestLost {
+					rep.violate(ruleLost, "%s (%s): error response %s, want a result or code %d", c.name, what, ev.Data, resume.CodeRequestLost)
 				}
 				if !c.done {
 					rep.count("calls lost with an error")

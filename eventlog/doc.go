@@ -1,6 +1,6 @@
 // Package eventlog provides the relay's durable state: session records, the
 // streams of each session, and the SSE events logged on every stream, so that
-// a client that loses its connection can resume (DESIGN.md §2–§4).
+// a client that loses its connection can resume (docs/design.md).
 //
 // The package defines the [Store] interface (the union of [Sessions] and
 // [Log]), the sentinel errors callers branch on, the per-session [Retention]

@@ -16,6 +16,13 @@ var (
 	// now (its disk is full or failed): retry later (HTTP 503). Reads may
 	// still be served.
 	ErrUnavailable = errors.New("eventlog: store unavailable")
+	// ErrFenced is returned by a store shared by several relay replicas
+	// when a write comes from a writer that no longer owns the session:
+	// another replica has taken the session over since. The writer must
+	// stop serving the session (and may forward its clients to the new
+	// owner); retrying cannot succeed. Stores that are not shared never
+	// return it.
+	ErrFenced = errors.New("eventlog: fenced: the session is owned by another writer")
 )
 
 // Errors for invalid arguments and use after Close. They report programming

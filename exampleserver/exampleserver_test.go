@@ -2,12 +2,10 @@ package exampleserver_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"image/png"
 	"io"
 	"log/slog"
 	"net/http"
@@ -17,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/mcprelay/mcprelay/internal/mcptest"
 
 	"github.com/mcprelay/mcprelay/exampleserver"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -171,25 +171,6 @@ func (f *fixture) barrier(t *testing.T) []event {
 	}
 }
 
-func onlyText(t *testing.T, res *mcp.CallToolResult) string {
-	t.Helper()
-	if len(res.Content) != 1 {
-		t.Fatalf("content has %d items, want 1: %+v", len(res.Content), res.Content)
-	}
-	tc, ok := res.Content[0].(*mcp.TextContent)
-	if !ok {
-		t.Fatalf("content is %T, want text", res.Content[0])
-	}
-	return tc.Text
-}
-
-func checkPNG(t *testing.T, data []byte) {
-	t.Helper()
-	if _, err := png.Decode(bytes.NewReader(data)); err != nil {
-		t.Errorf("image data is not a valid PNG: %v", err)
-	}
-}
-
 func TestInitialize(t *testing.T) {
 	f := newFixture(t)
 	res := f.cs.InitializeResult()
@@ -275,7 +256,7 @@ func TestTools(t *testing.T) {
 		check func(t *testing.T, f *fixture, res *mcp.CallToolResult)
 	}{
 		{"simple text", "test_simple_text", nil, func(t *testing.T, _ *fixture, res *mcp.CallToolResult) {
-			if got := onlyText(t, res); got != "This is a simple text response for testing." {
+			if got := mcptest.OnlyText(t, res); got != "This is a simple text response for testing." {
 				t.Errorf("text %q", got)
 			}
 		}},
@@ -284,7 +265,7 @@ func TestTools(t *testing.T) {
 			if len(res.Content) != 1 || !ok || img.MIMEType != "image/png" {
 				t.Fatalf("content %+v, want one image/png", res.Content)
 			}
-			checkPNG(t, img.Data)
+			mcptest.CheckPNG(t, img.Data)
 		}},
 		{"audio", "test_audio_content", map[string]any{}, func(t *testing.T, _ *fixture, res *mcp.CallToolResult) {
 			a, ok := res.Content[0].(*mcp.AudioContent)
@@ -315,7 +296,7 @@ func TestTools(t *testing.T) {
 			if img, ok := res.Content[1].(*mcp.ImageContent); !ok || img.MIMEType != "image/png" {
 				t.Errorf("item 1 = %+v", res.Content[1])
 			} else {
-				checkPNG(t, img.Data)
+				mcptest.CheckPNG(t, img.Data)
 			}
 			want := mcp.ResourceContents{URI: "test://mixed-content-resource", MIMEType: "application/json", Text: `{"test":"data","value":123}`}
 			if r, ok := res.Content[2].(*mcp.EmbeddedResource); !ok || !reflect.DeepEqual(*r.Resource, want) {
@@ -326,12 +307,12 @@ func TestTools(t *testing.T) {
 			if !res.IsError {
 				t.Error("isError is false")
 			}
-			if got := onlyText(t, res); got != "This tool intentionally returns an error for testing" {
+			if got := mcptest.OnlyText(t, res); got != "This tool intentionally returns an error for testing" {
 				t.Errorf("text %q", got)
 			}
 		}},
 		{"sampling", "test_sampling", map[string]any{"prompt": "Test prompt for sampling"}, func(t *testing.T, f *fixture, res *mcp.CallToolResult) {
-			if got := onlyText(t, res); got != "LLM response: This is a test response from the client" {
+			if got := mcptest.OnlyText(t, res); got != "LLM response: This is a test response from the client" {
 				t.Errorf("text %q", got)
 			}
 			p := <-f.samples
@@ -344,7 +325,7 @@ func TestTools(t *testing.T) {
 		}},
 		{"elicitation", "test_elicitation", map[string]any{"message": "Please provide your information"}, func(t *testing.T, f *fixture, res *mcp.CallToolResult) {
 			want := `User response: action=accept, content={"email":"test@example.com","username":"testuser"}`
-			if got := onlyText(t, res); got != want {
+			if got := mcptest.OnlyText(t, res); got != want {
 				t.Errorf("text %q, want %q", got, want)
 			}
 			p := <-f.elicits
@@ -363,7 +344,7 @@ func TestTools(t *testing.T) {
 		}},
 		{"elicitation defaults", "test_elicitation_sep1034_defaults", map[string]any{}, func(t *testing.T, f *fixture, res *mcp.CallToolResult) {
 			want := `Elicitation completed: action=accept, content={"age":25,"name":"Jane Smith","score":88,"status":"inactive","verified":false}`
-			if got := onlyText(t, res); got != want {
+			if got := mcptest.OnlyText(t, res); got != want {
 				t.Errorf("text %q, want %q", got, want)
 			}
 			s := schemaOf(t, <-f.elicits)
@@ -380,7 +361,7 @@ func TestTools(t *testing.T) {
 			}
 		}},
 		{"elicitation enums", "test_elicitation_sep1330_enums", map[string]any{}, func(t *testing.T, f *fixture, res *mcp.CallToolResult) {
-			if got := onlyText(t, res); !strings.HasPrefix(got, "Elicitation completed: action=accept, content={") {
+			if got := mcptest.OnlyText(t, res); !strings.HasPrefix(got, "Elicitation completed: action=accept, content={") {
 				t.Errorf("text %q", got)
 			}
 			s := schemaOf(t, <-f.elicits)
@@ -401,7 +382,7 @@ func TestTools(t *testing.T) {
 			}
 		}},
 		{"json schema 2020-12", "json_schema_2020_12_tool", map[string]any{"name": "x", "address": map[string]any{"city": "y"}}, func(t *testing.T, _ *fixture, res *mcp.CallToolResult) {
-			if res.IsError || !strings.HasPrefix(onlyText(t, res), "JSON Schema 2020-12 tool called with: ") {
+			if res.IsError || !strings.HasPrefix(mcptest.OnlyText(t, res), "JSON Schema 2020-12 tool called with: ") {
 				t.Errorf("result %+v", res)
 			}
 		}},
@@ -411,7 +392,7 @@ func TestTools(t *testing.T) {
 			}
 		}},
 		{"reconnection without HTTP", "test_reconnection", map[string]any{}, func(t *testing.T, _ *fixture, res *mcp.CallToolResult) {
-			if got := onlyText(t, res); got != "Reconnection test completed successfully" {
+			if got := mcptest.OnlyText(t, res); got != "Reconnection test completed successfully" {
 				t.Errorf("text %q", got)
 			}
 		}},
@@ -531,7 +512,7 @@ func TestStreamProgress(t *testing.T) {
 				t.Fatal(err)
 			}
 			res := f.call(t, "stream_progress", tt.args, tt.token)
-			if got, want := onlyText(t, res), fmt.Sprintf("streamed %d events", tt.want); res.IsError || got != want {
+			if got, want := mcptest.OnlyText(t, res), fmt.Sprintf("streamed %d events", tt.want); res.IsError || got != want {
 				t.Errorf("result %q (isError %v), want %q", got, res.IsError, want)
 			}
 			evs := f.barrier(t)
@@ -685,7 +666,7 @@ func TestResources(t *testing.T) {
 			}
 			got := *res.Contents[0]
 			if tt.want.Blob != nil {
-				checkPNG(t, got.Blob)
+				mcptest.CheckPNG(t, got.Blob)
 				got.Blob, tt.want.Blob = nil, nil
 			}
 			if !reflect.DeepEqual(got, tt.want) {
@@ -774,7 +755,7 @@ func TestPrompts(t *testing.T) {
 				}
 				got := m.Content
 				if img, ok := got.(*mcp.ImageContent); ok {
-					checkPNG(t, img.Data)
+					mcptest.CheckPNG(t, img.Data)
 					got = &mcp.ImageContent{MIMEType: img.MIMEType}
 				}
 				if !reflect.DeepEqual(got, tt.want[i]) {
@@ -979,7 +960,7 @@ func TestReconnectionGoClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := onlyText(t, res); got != "Reconnection test completed successfully" {
+	if got := mcptest.OnlyText(t, res); got != "Reconnection test completed successfully" {
 		t.Errorf("text %q", got)
 	}
 }

@@ -223,7 +223,7 @@ func (pr *prober) postLastEventID(ctx context.Context) Result {
 	case x.status == http.StatusBadRequest:
 		return Result{Verdict: Safe, Observed: obs, Reason: "Last-Event-ID has no meaning on POST and is rejected"}
 	default:
-		return Result{Verdict: Info, Observed: obs, Reason: "the header was ignored (DESIGN.md answers 400); nothing was replayed"}
+		return Result{Verdict: Info, Observed: obs, Reason: "the header was ignored (mcprelay answers 400); nothing was replayed"}
 	}
 }
 

@@ -2,7 +2,7 @@
 // resumption: it acts as a careful legacy-era client against one URL and
 // reports, case by case, whether the server leaks one session's events to
 // another, skips events without a reset, or hangs on a resume (see
-// shared/DESIGN.md §3 and §7), plus the transport checks around them
+// the decision table and never-events of docs/design.md), plus the transport checks around them
 // (session header, Origin, protocol version, priming).
 //
 //	rep, err := probe.Run(ctx, "http://127.0.0.1:8080/mcp", probe.Options{Timeout: 5 * time.Second})
@@ -21,7 +21,7 @@
 // recognises another session's events.
 //
 // Verdicts: [Unsafe] is a leak, a silent gap or a hang, and is the only one
-// that fails a run; [Warn] departs from the specification or DESIGN.md
+// that fails a run; [Warn] departs from the specification or mcprelay's contract (docs/design.md)
 // without losing or leaking anything; [Info] is worth knowing; [NotTested]
 // says why a case could not be exercised; [Safe] is what a careful server does.
 //

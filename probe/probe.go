@@ -31,7 +31,7 @@ type Verdict string
 // Verdicts, from worst to best. Only Unsafe fails the probe.
 const (
 	Unsafe    Verdict = "UNSAFE"     // a leak, a silent gap or a hang
-	Warn      Verdict = "WARN"       // departs from the specification or DESIGN.md, but loses or leaks nothing
+	Warn      Verdict = "WARN"       // departs from the specification or mcprelay's contract (docs/design.md), but loses or leaks nothing
 	Info      Verdict = "INFO"       // worth knowing; not a fault
 	NotTested Verdict = "NOT_TESTED" // the case could not be exercised against this server
 	Safe      Verdict = "SAFE"       // the server answered as a careful server should

@@ -120,7 +120,7 @@ func TestProbe(t *testing.T) {
 }
 
 func newRelay(t *testing.T, store eventlog.Store) http.Handler {
-	h, err := relay.New(relay.Options{Upstream: backend.SDK(exampleserver.New(nil), nil), Store: store})
+	h, err := relay.New(relay.Options{Backend: backend.SDK(exampleserver.New(nil), nil), Store: store})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ func benchTargetStore(b *testing.B, viaRelay bool, store eventlog.Store) string 
 	b.Helper()
 	var h http.Handler = backend.SDKHandler(testServer(nil), nil)
 	if viaRelay {
-		rh, err := relay.New(relay.Options{Upstream: backend.Handler(h), Store: store})
+		rh, err := relay.New(relay.Options{Backend: backend.Handler(h), Store: store})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -17,7 +17,7 @@ import (
 // 5xx for the client's own mistakes, and never hang (the request context
 // bounds streams; the body is small).
 func FuzzHandler(f *testing.F) {
-	h, err := relay.New(relay.Options{Upstream: backend.SDK(testServer(nil), nil), Secret: testSecret})
+	h, err := relay.New(relay.Options{Backend: backend.SDK(testServer(nil), nil), Secret: testSecret})
 	if err != nil {
 		f.Fatal(err)
 	}

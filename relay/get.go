@@ -42,7 +42,7 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request) {
 		st.mu.Lock()
 		from := st.delivered
 		st.mu.Unlock()
-		h.serveStream(w, r, s, plan{key: st.key, gen: st.gen, from: from, then: resume.Live, priming: primes(s)})
+		h.serveStream(w, r, s, resume.Tail(st.key, st.gen, from), primes(s))
 		return
 	}
 	in := resume.Input{HasSessionHeader: sid != ""}
@@ -69,8 +69,8 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	d := resume.Decide(in)
-	h.counts.add("resume/" + strconv.Itoa(d.Status) + "/" + d.Reason)
-	attrs := []any{logSession, sid, logCursor, lei, logRow, d.Row, logStatus, d.Status, logReason, d.Reason}
+	h.counts.add("resume/" + strconv.Itoa(d.Status) + "/" + string(d.Outcome))
+	attrs := []any{logSession, sid, logCursor, lei, logRow, d.Row, logStatus, d.Status, logReason, d.Outcome}
 	switch {
 	case d.Status == http.StatusConflict:
 		h.log.Warn("tenant isolation: cursor of another session's stream", attrs...)
@@ -81,7 +81,7 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request) {
 	}
 	switch d.Status {
 	case http.StatusBadRequest:
-		httpError(w, d.Status, "Bad Request: "+rejectText[d.Reason])
+		httpError(w, d.Status, "Bad Request: "+rejectText[d.Outcome])
 		return
 	case http.StatusNotFound:
 		httpError(w, d.Status, "Not Found: unknown or expired session; initialize a new one")
@@ -93,27 +93,14 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	p := plan{
-		key:         in.Cursor.Stream,
-		gen:         in.Cursor.Generation,
-		from:        in.Cursor.Seq,
-		resetBefore: d.ResetBefore,
-		resetAfter:  d.ResetAfter,
-		then:        d.Then,
-	}
-	p.none = !d.Replay
-	if in.Stream != nil {
-		p.gen = in.Stream.Generation
-		p.upTo = in.Stream.LastSeq
-	}
-	h.serveStream(w, r, s, p)
+	h.serveStream(w, r, s, d.Plan, false)
 }
 
-var rejectText = map[string]string{
-	"missing_session":  "Mcp-Session-Id header is required",
-	"malformed_cursor": "Last-Event-ID is malformed",
-	"forged_cursor":    "Last-Event-ID was not issued by this relay",
-	"future_cursor":    "Last-Event-ID is ahead of its stream",
+var rejectText = map[resume.Outcome]string{
+	resume.OutcomeMissingSession:  "Mcp-Session-Id header is required",
+	resume.OutcomeMalformedCursor: "Last-Event-ID is malformed",
+	resume.OutcomeForgedCursor:    "Last-Event-ID was not issued by this relay",
+	resume.OutcomeFutureCursor:    "Last-Event-ID names a generation its stream never had",
 }
 
 func (h *Handler) serveDELETE(w http.ResponseWriter, r *http.Request) {
@@ -129,6 +116,10 @@ func (h *Handler) serveDELETE(w http.ResponseWriter, r *http.Request) {
 	}
 	if s == nil {
 		httpError(w, http.StatusNotFound, "Not Found: unknown or expired session")
+		return
+	}
+	if s.owner != "" {
+		h.forward(w, r, s.owner, nil)
 		return
 	}
 	h.endSession(s, "deleted by the client")

@@ -10,10 +10,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/mcprelay/mcprelay/internal/mcptest"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/mcprelay/mcprelay/backend"
@@ -94,49 +95,11 @@ var (
 	addedTools     atomic.Int64
 )
 
-// restartable is an in-process backend that can be "restarted": the old
-// server's in-flight requests are cut, as by a crash, and a new server
-// that knows no session takes over.
-type restartable struct {
-	mu     sync.Mutex
-	h      http.Handler
-	ctx    context.Context
-	cancel context.CancelFunc
-	make   func() http.Handler
-}
-
-func newRestartable(make func() http.Handler) *restartable {
-	r := &restartable{make: make}
-	r.restart()
-	return r
-}
-
-func (r *restartable) restart() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.cancel != nil {
-		r.cancel()
-	}
-	r.ctx, r.cancel = context.WithCancel(context.Background())
-	r.h = r.make()
-}
-
-func (r *restartable) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	r.mu.Lock()
-	h, ctx := r.h, r.ctx
-	r.mu.Unlock()
-	rctx, cancel := context.WithCancel(req.Context())
-	defer cancel()
-	stop := context.AfterFunc(ctx, cancel)
-	defer stop()
-	h.ServeHTTP(w, req.WithContext(rctx))
-}
-
 type env struct {
 	t       *testing.T
 	url     string
 	relay   *relay.Handler
-	backend *restartable
+	backend *mcptest.Restartable
 	gate    chan struct{}
 }
 
@@ -145,14 +108,15 @@ type env struct {
 func newEnv(t *testing.T, opts relay.Options) *env {
 	t.Helper()
 	e := &env{t: t, gate: make(chan struct{})}
-	e.backend = newRestartable(func() http.Handler {
+	e.backend = mcptest.NewRestartable(func() http.Handler {
 		// The backend keeps an event store of its own so that it can close
 		// its streams mid-call (polling) and be resumed by the relay.
 		return backend.SDKHandler(testServer(nil), &mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)})
 	})
-	if opts.Upstream == nil {
-		opts.Upstream = backend.Handler(e.backend)
-		opts.Upstream.StatelessURL = opts.Upstream.URL + "/stateless"
+	if opts.Backend == nil {
+		up := backend.Handler(e.backend)
+		up.StatelessURL = up.URL + "/stateless"
+		opts.Backend = up
 	}
 	h, err := relay.New(opts)
 	if err != nil {
@@ -163,7 +127,7 @@ func newEnv(t *testing.T, opts relay.Options) *env {
 		h.Close()
 		srv.CloseClientConnections()
 		srv.Close()
-		e.backend.cancel()
+		e.backend.Stop()
 	})
 	e.relay = h
 	e.url = srv.URL

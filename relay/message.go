@@ -4,7 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"strconv"
+
+	"github.com/mcprelay/mcprelay/resume"
 )
 
 // message is what the relay needs to know of one JSON-RPC message. The
@@ -228,51 +229,35 @@ func idKey(id json.RawMessage) json.RawMessage {
 	return id
 }
 
-// CodeRequestLost is the JSON-RPC error code of the response the relay
-// writes, under the original request id, for a request whose response can
-// no longer come (its backend session was lost). Standard clients then fail
-// the call instead of waiting forever.
-const CodeRequestLost = -32001
-
-// CodeRequestCancelled is the code of the response the relay writes for a
-// request the client cancelled and the server then left unanswered, so that
-// a resume of its stream ends instead of hanging.
-const CodeRequestCancelled = -32800
-
-// errorResponse returns a JSON-RPC error response for id.
-func errorResponse(id json.RawMessage, code int, msg, reason string) []byte {
-	b := make([]byte, 0, 160)
-	b = append(b, `{"jsonrpc":"2.0","id":`...)
-	b = append(b, id...)
-	b = append(b, `,"error":{"code":`...)
-	b = strconv.AppendInt(b, int64(code), 10)
-	b = append(b, `,"message":`...)
-	b = strconv.AppendQuote(b, msg)
-	if reason != "" {
-		b = append(b, `,"data":{"reason":`...)
-		b = strconv.AppendQuote(b, reason)
-		b = append(b, '}')
+// errorResponse returns a JSON-RPC error response for id. reason, if set,
+// goes in error.data.reason. The text is encoded as JSON (a backend's error
+// text may hold control characters or invalid UTF-8).
+func errorResponse(id json.RawMessage, code int, msg string, reason resume.Reason) []byte {
+	type errData struct {
+		Reason resume.Reason `json:"reason"`
 	}
-	return append(b, "}}"...)
-}
-
-// resetData is the payload of the relay's "reset" SSE event (DESIGN.md §3).
-type resetData struct {
-	Reason     string            `json:"reason"`
-	Stream     string            `json:"stream"`
-	Generation uint64            `json:"generation"`
-	Lost       []json.RawMessage `json:"lost,omitempty"`
-}
-
-// Reset reasons.
-const (
-	ReasonUnknownStream     = "unknown_stream"
-	ReasonGenerationChanged = "generation_changed"
-	ReasonGap               = "gap"
-	ReasonBackendLost       = "backend_lost"
-)
-
-func (d resetData) marshal() []byte {
-	b, _ := json.Marshal(d)
+	type rpcError struct {
+		Code    int      `json:"code"`
+		Message string   `json:"message"`
+		Data    *errData `json:"data,omitempty"`
+	}
+	type response struct {
+		JSONRPC string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Error   rpcError        `json:"error"`
+	}
+	if len(id) == 0 {
+		id = json.RawMessage("null")
+	}
+	r := response{JSONRPC: "2.0", ID: id, Error: rpcError{Code: code, Message: msg}}
+	if reason != "" {
+		r.Error.Data = &errData{Reason: reason}
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		// Only an id that is not JSON can fail; ids reach here parsed.
+		r.ID = json.RawMessage("null")
+		b, _ = json.Marshal(r)
+	}
 	return b
 }

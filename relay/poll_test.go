@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcprelay/mcprelay/internal/mcptest"
+
 	"github.com/mcprelay/mcprelay/backend"
 	"github.com/mcprelay/mcprelay/relay"
 	"github.com/mcprelay/mcprelay/sse"
@@ -115,13 +117,13 @@ func (f *failFirstResume) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // declaring the request lost. Regression: a failed attempt made the relay
 // forget the backend's cursor, so the request was reported lost.
 func TestBackendResumeRetried(t *testing.T) {
-	be := newRestartable(func() http.Handler {
+	be := mcptest.NewRestartable(func() http.Handler {
 		return backend.SDKHandler(testServer(nil), &mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)})
 	})
-	t.Cleanup(func() { be.cancel() })
+	t.Cleanup(func() { be.Stop() })
 	ff := &failFirstResume{h: be}
 	up := backend.Handler(ff)
-	e := newEnv(t, relay.Options{Upstream: up})
+	e := newEnv(t, relay.Options{Backend: up})
 	s := e.initialize("2025-11-25", "")
 	resp := s.post(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"poll","arguments":{}}}`)
 	evs, ended := events(t, resp, 0, 10*time.Second)

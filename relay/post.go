@@ -7,9 +7,11 @@ import (
 	"mime"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/mcprelay/mcprelay/backend"
 	"github.com/mcprelay/mcprelay/eventlog"
 	"github.com/mcprelay/mcprelay/resume"
 )
@@ -51,6 +53,10 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusNotFound, "Not Found: unknown or expired session; initialize a new one")
 		return
 	}
+	if s.owner != "" {
+		h.forward(w, r, s.owner, body)
+		return
+	}
 	if !h.checkVersion(w, r, s) {
 		return
 	}
@@ -72,7 +78,7 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if len(ids) == 0 {
-		h.forwardOneWay(w, r, s, body, msgs)
+		h.forwardOneWay(w, r, s, body)
 		return
 	}
 	if !batch && isStateSetting(msgs[0].Method) {
@@ -104,7 +110,13 @@ func (h *Handler) postWithoutSession(w http.ResponseWriter, r *http.Request, bod
 		return
 	}
 	if isModern(r, msgs) {
-		h.passThrough(w, r, body)
+		sl, ok := h.conn.(backend.Stateless)
+		if !ok {
+			writeJSONError(w, http.StatusBadRequest, msgs[0].ID, -32600,
+				"Invalid Request: this relay's backend serves only session-based MCP (2025-03-26 to 2025-11-25): initialize first")
+			return
+		}
+		sl.ServeStateless(w, r, body)
 		return
 	}
 	httpError(w, http.StatusBadRequest, "Bad Request: Mcp-Session-Id header is required (initialize first)")
@@ -135,20 +147,19 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, body []byte
 		writeJSONError(w, http.StatusBadRequest, m.ID, -32602, "Invalid params: initialize needs params")
 		return
 	}
-	authz := r.Header.Get("Authorization")
-	resp, err := h.upstreamRequest(r.Context(), http.MethodPost, "", "", authz, body, "")
+	s := &session{
+		id:          newSessionID(),
+		principal:   h.principal(r),
+		authz:       r.Header.Get("Authorization"),
+		incarnation: 1,
+	}
+	bs, res, err := h.openBackend(r.Context(), s, 1, body)
 	if err != nil {
-		writeJSONError(w, http.StatusBadGateway, m.ID, -32603, "backend unavailable: "+err.Error())
+		h.writeBackendError(w, []json.RawMessage{m.ID}, err)
 		return
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		copyResponse(w, resp)
-		return
-	}
-	res, err := firstResponse(resp, m.ID)
-	if err != nil {
-		writeJSONError(w, http.StatusBadGateway, m.ID, -32603, "backend initialize: "+err.Error())
+	if bs == nil {
+		writeJSON(w, http.StatusOK, res) // the backend's error response: no session
 		return
 	}
 	var out struct {
@@ -156,19 +167,20 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, body []byte
 			ProtocolVersion string `json:"protocolVersion"`
 		} `json:"result"`
 	}
-	if err := json.Unmarshal(res, &out); err != nil || out.Result == nil {
-		// An error response: no session.
-		writeJSON(w, http.StatusOK, res)
-		return
+	json.Unmarshal(res, &out)
+	version := ""
+	if out.Result != nil {
+		version = out.Result.ProtocolVersion
 	}
-	version := out.Result.ProtocolVersion
 	if !slices.Contains(legacyVersions, version) {
+		bs.Close()
 		writeJSONError(w, http.StatusBadGateway, m.ID, -32603, "backend negotiated unsupported protocol version "+version)
 		return
 	}
-	upstream := resp.Header.Get(headerSessionID)
-	s, err := h.createSession(r, version, m.Params, upstream, authz)
-	if err != nil {
+	s.version = version
+	s.backend = bs
+	if err := h.createSession(r, s, m.Params); err != nil {
+		bs.Close()
 		writeJSONError(w, http.StatusInternalServerError, m.ID, -32603, "creating session: "+err.Error())
 		return
 	}
@@ -176,67 +188,58 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, body []byte
 	writeJSON(w, http.StatusOK, res)
 }
 
-func (h *Handler) createSession(r *http.Request, version string, params json.RawMessage, upstream, authz string) (*session, error) {
-	s := &session{
-		id:          newSessionID(),
-		principal:   principal(r),
-		version:     version,
-		authz:       authz,
-		incarnation: 1,
-		upstream:    upstream,
-	}
+// createSession records s, whose backend session is open, in the store
+// with the client's initialize params, and registers it.
+func (h *Handler) createSession(r *http.Request, s *session, params json.RawMessage) error {
 	s.touch()
 	rec := &eventlog.Session{
 		ID:               s.id,
 		Principal:        s.principal,
-		ProtocolVersion:  version,
+		ProtocolVersion:  s.version,
 		InitializeParams: params, // the store keeps its own copy
 		Incarnation:      1,
-		Upstream:         upstream,
+		Upstream:         s.backend.Handle(),
 		Created:          time.Now(),
 	}
 	if err := h.store.CreateSession(r.Context(), rec); err != nil {
-		return nil, err
+		return err
+	}
+	if h.cluster != nil {
+		if err := h.takeLease(r.Context(), s); err != nil {
+			h.store.DeleteSession(context.WithoutCancel(r.Context()), s.id)
+			return err
+		}
 	}
 	st, err := h.newStream(r.Context(), s, 1, true, nil)
 	if err != nil {
 		h.store.DeleteSession(context.WithoutCancel(r.Context()), s.id)
-		return nil, err
+		return err
 	}
 	s.standalone = st
 	h.mu.Lock()
 	h.sessions[s.id] = s
 	h.mu.Unlock()
-	return s, nil
+	return nil
 }
 
 // forwardOneWay forwards notifications and responses; the client gets 202.
-func (h *Handler) forwardOneWay(w http.ResponseWriter, r *http.Request, s *session, body []byte, msgs []message) {
-	gen, upstream := s.current()
-	err := h.notifyUpstream(r.Context(), upstream, s.version, s.authz, body)
-	if errors.Is(err, errUpstreamSessionLost) {
+func (h *Handler) forwardOneWay(w http.ResponseWriter, r *http.Request, s *session, body []byte) {
+	gen, bs := s.current()
+	err := bs.Notify(r.Context(), body)
+	if errors.Is(err, backend.ErrSessionLost) {
 		// What was addressed to the lost backend session cannot be
 		// delivered to its successor (a response to a request that no
 		// longer exists); re-create the backend so the session goes on.
 		h.log.Warn("dropping one-way messages for a lost backend session", logSession, s.id)
 		if err := h.reincarnate(s, gen); err != nil {
-			httpError(w, http.StatusBadGateway, "backend unavailable")
+			writeUnavailable(w, err)
 			return
 		}
 		err = nil
 	}
 	if err != nil {
-		httpError(w, http.StatusBadGateway, "backend: "+err.Error())
+		h.writeBackendError(w, nil, err)
 		return
-	}
-	for _, m := range msgs {
-		if m.Method == "notifications/initialized" {
-			s.mu.Lock()
-			if s.genCancel == nil && s.incarnation == gen {
-				h.startPumpLocked(s, gen, upstream)
-			}
-			s.mu.Unlock()
-		}
 	}
 	w.WriteHeader(http.StatusAccepted)
 }
@@ -261,50 +264,41 @@ func (h *Handler) noteCancelled(s *session, params json.RawMessage) {
 	}
 }
 
-// forwardRequest sends requests upstream and answers with an SSE stream
-// fed from the log. The upstream answer is pumped into the log by a
+// forwardRequest sends requests to the backend and answers with an SSE
+// stream fed from the log. The backend's reply is pumped into the log by a
 // goroutine that outlives the client's connection.
 func (h *Handler) forwardRequest(w http.ResponseWriter, r *http.Request, s *session, body []byte, ids []json.RawMessage) {
 	var (
-		resp     *http.Response
-		gen      uint64
-		upstream string
-		err      error
+		rep backend.Reply
+		gen uint64
+		bs  backend.Session
+		err error
 	)
-	// The backend request lives as long as its stream's pump, not as long
-	// as the client's connection (legacy era: disconnection is not
+	// The backend call lives as long as its stream's pump, not as long as
+	// the client's connection (legacy era: disconnection is not
 	// cancellation); endSession and retire cancel it.
 	pctx, cancel := context.WithCancel(h.ctx)
 	for try := 0; try < 2; try++ {
-		gen, upstream = s.current()
-		resp, err = h.upstreamRequest(pctx, http.MethodPost, upstream, s.version, s.authz, body, "")
-		if err != nil {
+		gen, bs = s.current()
+		rep, err = bs.Call(pctx, body, ids)
+		if !errors.Is(err, backend.ErrSessionLost) || try == 1 {
 			break
 		}
-		if resp.StatusCode != http.StatusNotFound {
-			break
-		}
-		// The backend lost the session before it saw this request: re-create
-		// it, then send the request to the new incarnation.
-		resp.Body.Close()
-		if err = h.reincarnate(s, gen); err != nil {
+		// The backend lost the session before it saw this request:
+		// re-create it, then send the request to the new incarnation.
+		if rerr := h.reincarnate(s, gen); rerr != nil {
+			err = rerr
 			break
 		}
 	}
 	if err != nil {
 		cancel()
-		writeJSONErrors(w, http.StatusBadGateway, ids, CodeRequestLost, "mcprelay: backend unavailable: "+err.Error())
-		return
-	}
-	if resp.StatusCode != http.StatusOK {
-		defer cancel()
-		defer resp.Body.Close()
-		copyResponse(w, resp)
+		h.writeBackendError(w, ids, err)
 		return
 	}
 	st, err := h.newStream(r.Context(), s, gen, false, ids)
 	if err != nil {
-		resp.Body.Close()
+		rep.Close()
 		cancel()
 		writeJSONErrors(w, http.StatusInternalServerError, ids, -32603, "mcprelay: event log: "+err.Error())
 		return
@@ -315,23 +309,58 @@ func (h *Handler) forwardRequest(w http.ResponseWriter, r *http.Request, s *sess
 	case s.closed:
 		// Deleted or expired while we sent: nobody will read the answer.
 		s.mu.Unlock()
-		resp.Body.Close()
+		rep.Close()
 		cancel()
 		httpError(w, http.StatusNotFound, "Not Found: the session ended")
 		return
 	case s.incarnation != gen:
 		// Re-created while we sent: this request went to a dead backend.
 		s.mu.Unlock()
-		h.loseStream(st, ReasonBackendLost, "mcprelay: request lost: the backend session was re-created")
+		rep.Close()
+		h.loseStream(st, resume.ReasonBackendLost, "mcprelay: request lost: the backend session was re-created")
 	default:
 		if s.inflight == nil {
 			s.inflight = make(map[*stream]struct{})
 		}
 		s.inflight[st] = struct{}{}
 		s.mu.Unlock()
-		go h.pumpRequest(pctx, st, resp, upstream)
+		go h.pumpRequest(pctx, st, rep)
 	}
-	h.serveStream(w, r, s, plan{key: st.key, gen: st.gen, then: resume.Live, priming: primes(s)})
+	h.serveStream(w, r, s, resume.Tail(st.key, st.gen, 0), primes(s))
+}
+
+// writeBackendError answers a message the backend did not take: its own
+// refusal is passed through; a backend that cannot be reached now is a 503
+// (Retry-After) or a 502 with a JSON-RPC error per request id (ids may be
+// empty). Internal addresses never reach the client.
+func (h *Handler) writeBackendError(w http.ResponseWriter, ids []json.RawMessage, err error) {
+	var se *backend.StatusError
+	var ue *backend.UnavailableError
+	switch {
+	case errors.As(err, &se):
+		if se.ContentType != "" {
+			w.Header().Set("Content-Type", se.ContentType)
+		}
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.WriteHeader(se.Code)
+		w.Write(se.Body)
+		return
+	case errors.As(err, &ue), errors.Is(err, errRecreationLoop):
+		retry := 1
+		if ue != nil {
+			retry = max(1, int(ue.RetryAfter.Round(time.Second)/time.Second))
+		}
+		w.Header().Set("Retry-After", strconv.Itoa(retry))
+		httpError(w, http.StatusServiceUnavailable, "Service Unavailable: the backend cannot take requests now; retry")
+		h.log.Warn("backend unavailable", "err", err)
+		return
+	}
+	h.log.Warn("backend request failed", "err", err)
+	if len(ids) == 0 {
+		httpError(w, http.StatusBadGateway, "Bad Gateway: the backend failed")
+		return
+	}
+	writeJSONErrors(w, http.StatusBadGateway, ids, resume.CodeRequestLost, "mcprelay: request lost: the backend failed")
 }
 
 // writeJSON writes a JSON body.
@@ -362,13 +391,4 @@ func writeJSONErrors(w http.ResponseWriter, status int, ids []json.RawMessage, c
 		b = append(b, errorResponse(id, code, msg, "")...)
 	}
 	writeJSON(w, status, append(b, ']'))
-}
-
-// copyResponse passes a backend's non-200 answer through.
-func copyResponse(w http.ResponseWriter, resp *http.Response) {
-	if ct := resp.Header.Get("Content-Type"); ct != "" {
-		w.Header().Set("Content-Type", ct)
-	}
-	w.WriteHeader(resp.StatusCode)
-	copyBody(w, resp.Body, 1<<20)
 }

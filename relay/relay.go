@@ -2,19 +2,21 @@
 // serves the MCP Streamable HTTP transport in front of any MCP server, with
 // sessions and stream cursors scoped to their session and generation, and a
 // resume decision that always answers replay, explicit reset, or clear
-// rejection (see docs/design.md and DESIGN.md §3).
+// rejection (the contract is in docs/design.md).
 //
-//	h, err := relay.New(relay.Options{Upstream: backend.SDK(server, nil)})
+//	h, err := relay.New(relay.Options{Backend: backend.SDK(server, nil)})
 //	if err != nil { ... }
 //	defer h.Close()
 //	http.Handle("/mcp", h)
 //
 // The relay owns everything the client sees: session IDs, streams, event
 // IDs, the event log, the resume decision, polling (retry), Origin checks
-// and limits. The backend only moves JSON-RPC messages.
+// and limits. The backend connector (package backend) only moves JSON-RPC
+// messages and says which call each belongs to.
 package relay
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -39,10 +41,12 @@ import (
 )
 
 // Options configures a [Handler]. The zero value of every field but
-// Upstream works.
+// Backend works.
 type Options struct {
-	// Upstream is the MCP server behind the relay. Required.
-	Upstream *backend.Upstream
+	// Backend connects to the MCP server behind the relay: an HTTP server
+	// (backend.Remote), an official-Go-SDK server in process (backend.SDK),
+	// a stdio program. Required.
+	Backend backend.Connector
 
 	// Store holds sessions and the event log. Nil means an in-memory store
 	// with default retention (eventlog.NewMemory).
@@ -81,18 +85,47 @@ type Options struct {
 
 	// Logger receives the relay's logs. Nil discards them.
 	Logger *slog.Logger
+
+	// Cluster, when set, makes this relay one replica of several that
+	// share Store (which must then be shared, for example Redis) and
+	// Secret: any replica answers any request for any session. The
+	// replica that owns a session's backend side holds its lease; POSTs
+	// and DELETEs reaching another replica are forwarded to the owner,
+	// GETs are served by whichever replica receives them, from the log.
+	// Nil: one process owns every session.
+	Cluster Cluster
+
+	// LeaseTTL is how long a session's lease lasts without renewal: the
+	// longest a session waits for a new owner after its owner dies. Zero
+	// means 2s. Used with Cluster.
+	LeaseTTL time.Duration
+
+	// Identity returns the principal a session is bound to: a request whose
+	// identity differs from the one that created the session gets 404 for
+	// it. Nil means a hash of the Authorization header ("" when there is
+	// none), so that a client whose token changes loses its sessions; set it
+	// (for example from an authenticating middleware's verified subject) so
+	// that a refreshed token keeps them. It must be cheap and deterministic.
+	Identity func(*http.Request) string
 }
 
 // Handler is the relay's http.Handler. Create it with [New]; it is safe for
 // concurrent use. Close releases its goroutines.
 type Handler struct {
-	opts   Options
-	up     *backend.Upstream
-	store  eventlog.Store
-	codec  *resume.Codec
-	log    *slog.Logger
-	ctx    context.Context // cancelled by Close: ends pumps
-	cancel context.CancelFunc
+	opts Options
+	conn backend.Connector
+	// With a Cluster: the lease TTL, the key of forwarded-request MACs,
+	// the client that forwards, and the lease keeper's end.
+	cluster    Cluster
+	leaseTTL   time.Duration
+	fwdKey     []byte
+	peers      *http.Client
+	keeperDone chan struct{}
+	store      eventlog.Store
+	codec      *resume.Codec
+	log        *slog.Logger
+	ctx        context.Context // cancelled by Close: ends pumps
+	cancel     context.CancelFunc
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -136,8 +169,8 @@ const (
 
 // New returns a relay handler.
 func New(opts Options) (*Handler, error) {
-	if opts.Upstream == nil || opts.Upstream.URL == "" {
-		return nil, errors.New("relay: Options.Upstream with a URL is required")
+	if opts.Backend == nil {
+		return nil, errors.New("relay: Options.Backend is required")
 	}
 	secret := opts.Secret
 	if secret == nil {
@@ -165,7 +198,7 @@ func New(opts Options) (*Handler, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Handler{
 		opts:        opts,
-		up:          opts.Upstream,
+		conn:        opts.Backend,
 		store:       store,
 		codec:       codec,
 		log:         log,
@@ -177,6 +210,23 @@ func New(opts Options) (*Handler, error) {
 		shutdown:    make(chan struct{}),
 		janitorDone: make(chan struct{}),
 	}
+	if opts.Cluster != nil {
+		h.cluster = opts.Cluster
+		h.leaseTTL = opts.LeaseTTL
+		if h.leaseTTL <= 0 {
+			h.leaseTTL = defaultLeaseTTL
+		}
+		if h.leaseTTL <= 2*leaseMargin {
+			return nil, fmt.Errorf("relay: LeaseTTL %v is too short (at least %v)", h.leaseTTL, 2*leaseMargin)
+		}
+		if opts.Secret == nil {
+			return nil, errors.New("relay: a Cluster needs the Secret all replicas share")
+		}
+		h.fwdKey = forwardKey(secret)
+		h.peers = &http.Client{}
+		h.keeperDone = make(chan struct{})
+		go h.leaseKeeper()
+	}
 	go h.janitor()
 	return h, nil
 }
@@ -185,23 +235,51 @@ func New(opts Options) (*Handler, error) {
 // closed, so that its client resumes (here after a restart, or on another
 // replica). It returns when it has signalled them; pair it with
 // http.Server.Shutdown, which waits for the handlers to return.
+//
+// With a Cluster it then drains: calls in flight get until ctx is done to
+// finish, and every session lease this replica holds is released so that
+// the next request for the session re-homes it on another replica at once.
 func (h *Handler) Shutdown(ctx context.Context) error {
-	h.shutdownOnce.Do(func() { close(h.shutdown) })
+	first := false
+	h.shutdownOnce.Do(func() { close(h.shutdown); first = true })
+	if first && h.cluster != nil {
+		h.releaseAll(ctx)
+	}
 	return nil
 }
 
-// Close ends streams (as Shutdown does), stops the relay's background work
-// and upstream streams. It does not close the Store.
+// Close ends streams (as Shutdown does) and stops the relay's background
+// work and backend calls. It does not close the Store or the backend
+// connector.
 func (h *Handler) Close() error {
-	h.Shutdown(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // no draining
+	h.Shutdown(ctx)
 	h.cancel()
 	<-h.janitorDone
+	if h.keeperDone != nil {
+		<-h.keeperDone
+	}
 	return nil
 }
 
 // ServeHTTP serves the MCP endpoint: POST, GET and DELETE.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if status, msg := h.checkOrigin(r); status != 0 {
+	if r.Header.Get(headerForwarded) != "" {
+		// From another replica (its client's Origin and Host were checked
+		// there), or from a client posing as one.
+		body, ok := h.readBody(w, r)
+		if !ok {
+			return
+		}
+		if _, err := h.checkForwarded(r, body); err != nil {
+			h.log.Warn("refused a request posing as a replica", "remote", r.RemoteAddr, "err", err)
+			httpError(w, http.StatusForbidden, "Forbidden: "+err.Error())
+			return
+		}
+		r = withForwarded(r)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	} else if status, msg := h.checkOrigin(r); status != 0 {
 		http.Error(w, msg, status)
 		return
 	}
@@ -279,6 +357,15 @@ func isLoopbackAddr(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// principal returns the identity a session is bound to: Options.Identity's
+// answer, or by default principal(r).
+func (h *Handler) principal(r *http.Request) string {
+	if h.opts.Identity != nil {
+		return h.opts.Identity(r)
+	}
+	return principal(r)
 }
 
 // principal returns the identity a session is bound to: a hash of the

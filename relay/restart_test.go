@@ -6,14 +6,15 @@ import (
 	"time"
 
 	"github.com/mcprelay/mcprelay/relay"
+	"github.com/mcprelay/mcprelay/resume"
 	"github.com/mcprelay/mcprelay/sse"
 )
 
 // TestBackendRestartMidStream restarts the in-process backend while a call
 // streams: the in-flight request gets the reset signal and a JSON-RPC error
-// with its id (never a hang, DESIGN.md §7.5); the session goes on under a
+// with its id (never a hang: never-event 5 of docs/design.md); the session goes on under a
 // new generation; an old-generation cursor replays to the seal, then
-// resets; no event ID ever repeats (§7.4).
+// resets; no event ID ever repeats (never-event 4).
 func TestBackendRestartMidStream(t *testing.T) {
 	e := newEnv(t, relay.Options{Secret: testSecret})
 	c := codec(t)
@@ -35,17 +36,17 @@ func TestBackendRestartMidStream(t *testing.T) {
 	id, resp := s.call(1000, 20, true)
 	first, _ := events(t, resp, 2, 5*time.Second)
 	note(first)
-	e.backend.restart()
+	e.backend.Restart()
 
 	rest, ended := events(t, resp, 0, 10*time.Second)
 	if !ended {
 		t.Fatal("in-flight call hung after the backend restart")
 	}
-	if r := resets(t, rest); len(r) != 1 || r[0] != relay.ReasonBackendLost {
+	if r := resets(t, rest); len(r) != 1 || r[0] != resume.ReasonBackendLost {
 		t.Fatalf("resets %v, want [backend_lost]", r)
 	}
 	last := decode(t, dataEvents(rest)[len(dataEvents(rest))-1].Data)
-	if last.Error == nil || last.Error.Code != relay.CodeRequestLost || string(last.ID) != fmt.Sprint(id) {
+	if last.Error == nil || last.Error.Code != resume.CodeRequestLost || string(last.ID) != fmt.Sprint(id) {
 		t.Fatalf("want a request-lost error for id %d, got %s", id, dataEvents(rest)[len(dataEvents(rest))-1].Data)
 	}
 	note(rest)
@@ -69,7 +70,7 @@ func TestBackendRestartMidStream(t *testing.T) {
 		t.Fatal("old-generation resume did not end")
 	}
 	r := resets(t, old)
-	if len(r) == 0 || r[len(r)-1] != relay.ReasonGenerationChanged {
+	if len(r) == 0 || r[len(r)-1] != resume.ReasonGenerationChanged {
 		t.Fatalf("old-generation resume resets %v, want ... generation_changed", r)
 	}
 	if n := e.relay.Counts()["reincarnation"]; n != 1 {
@@ -84,6 +85,6 @@ func TestBackendRestartWhileIdle(t *testing.T) {
 	e := newEnv(t, relay.Options{})
 	s := e.initialize("2025-06-18", "")
 	completedCall(t, s, 1)
-	e.backend.restart()
+	e.backend.Restart()
 	completedCall(t, s, 2)
 }

@@ -10,7 +10,9 @@ import (
 
 	"github.com/mcprelay/mcprelay/backend"
 	"github.com/mcprelay/mcprelay/eventlog"
+	"github.com/mcprelay/mcprelay/internal/mcptest"
 	"github.com/mcprelay/mcprelay/relay"
+	"github.com/mcprelay/mcprelay/resume"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -22,13 +24,13 @@ import (
 // another principal still gets 404.
 func TestRelayRestartWithDurableStore(t *testing.T) {
 	store := eventlog.NewMemory(eventlog.Retention{})
-	be := newRestartable(func() http.Handler {
+	be := mcptest.NewRestartable(func() http.Handler {
 		return backend.SDKHandler(testServer(nil), &mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)})
 	})
 	start := func() *relay.Handler {
 		up := backend.Handler(be)
 		up.StatelessURL = up.URL + "/stateless"
-		h, err := relay.New(relay.Options{Upstream: up, Store: store, Secret: testSecret})
+		h, err := relay.New(relay.Options{Backend: up, Store: store, Secret: testSecret})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -37,7 +39,7 @@ func TestRelayRestartWithDurableStore(t *testing.T) {
 	var current atomic.Pointer[relay.Handler]
 	current.Store(start())
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { current.Load().ServeHTTP(w, r) }))
-	t.Cleanup(func() { current.Load().Close(); srv.CloseClientConnections(); srv.Close(); be.cancel() })
+	t.Cleanup(func() { current.Load().Close(); srv.CloseClientConnections(); srv.Close(); be.Stop() })
 	e := &env{t: t, url: srv.URL, backend: be}
 	c := codec(t)
 
@@ -54,7 +56,7 @@ func TestRelayRestartWithDurableStore(t *testing.T) {
 	old := current.Load()
 	current.Store(start())
 	old.Close()
-	be.restart()
+	be.Restart()
 	srv.CloseClientConnections()
 
 	if r := e.do("GET", map[string]string{"Mcp-Session-Id": s.id, "Authorization": "Bearer mallory", "Last-Event-ID": lastID(first)}, ""); r.StatusCode != 404 {
@@ -69,7 +71,7 @@ func TestRelayRestartWithDurableStore(t *testing.T) {
 		t.Fatal("resume of the interrupted call hung")
 	}
 	rs := resets(t, got)
-	if len(rs) < 2 || rs[0] != relay.ReasonBackendLost || rs[len(rs)-1] != relay.ReasonGenerationChanged {
+	if len(rs) < 2 || rs[0] != resume.ReasonBackendLost || rs[len(rs)-1] != resume.ReasonGenerationChanged {
 		t.Fatalf("resets %v, want backend_lost ... generation_changed", rs)
 	}
 	var lost *rpc
@@ -81,7 +83,7 @@ func TestRelayRestartWithDurableStore(t *testing.T) {
 			}
 		}
 	}
-	if lost == nil || lost.Error.Code != relay.CodeRequestLost || string(lost.ID) != fmt.Sprint(id) {
+	if lost == nil || lost.Error.Code != resume.CodeRequestLost || string(lost.ID) != fmt.Sprint(id) {
 		t.Fatalf("no request-lost error for id %d in %+v", id, got)
 	}
 
@@ -127,7 +129,7 @@ func TestRestoreWhileBackendDown(t *testing.T) {
 	store := eventlog.NewMemory(eventlog.Retention{})
 	be := &downable{h: backend.SDKHandler(testServer(nil), nil)}
 	start := func() *relay.Handler {
-		h, err := relay.New(relay.Options{Upstream: backend.Handler(be), Store: store, Secret: testSecret})
+		h, err := relay.New(relay.Options{Backend: backend.Handler(be), Store: store, Secret: testSecret})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -50,11 +50,11 @@ func progressOf(t *testing.T, evs []sse.Event) []float64 {
 	return out
 }
 
-func resets(t *testing.T, evs []sse.Event) []string {
-	var out []string
+func resets(t *testing.T, evs []sse.Event) []resume.Reason {
+	var out []resume.Reason
 	for _, ev := range evs {
-		if ev.Type == "reset" {
-			var d struct{ Reason string }
+		if ev.Type == resume.EventReset {
+			var d resume.Reset
 			if err := json.Unmarshal(ev.Data, &d); err != nil {
 				t.Fatalf("reset data %q: %v", ev.Data, err)
 			}
@@ -64,7 +64,7 @@ func resets(t *testing.T, evs []sse.Event) []string {
 	return out
 }
 
-// TestResumeTable exercises every row of DESIGN.md §3 over HTTP.
+// TestResumeTable exercises every row of the decision table (docs/design.md) over HTTP.
 func TestResumeTable(t *testing.T) {
 	e := newEnv(t, relay.Options{Secret: testSecret})
 	c := codec(t)
@@ -118,13 +118,23 @@ func TestResumeTable(t *testing.T) {
 			"bare_int":   "4471",
 			"truncated":  evs[1].ID[:len(evs[1].ID)-3],
 			"forged":     other.ID(cur),
-			"future":     c.ID(future),
 			"future_gen": c.ID(resume.Cursor{Stream: cur.Stream, Generation: cur.Generation + 1, Seq: 1}),
 		} {
 			resp := s.get(id)
 			if resp.StatusCode != 400 {
 				t.Errorf("%s: got %s, want 400", name, resp.Status)
 			}
+		}
+		// A genuine cursor ahead of what the log holds (delivered, then
+		// lost in a crash) is never a 400: a gap reset, then the end of
+		// the finished stream.
+		resp := s.get(c.ID(future))
+		if resp.StatusCode != 200 {
+			t.Fatalf("ahead of the log: got %s, want 200", resp.Status)
+		}
+		got, ended := events(t, resp, 0, 5*time.Second)
+		if r := resets(t, got); !ended || len(got) != 1 || len(r) != 1 || r[0] != resume.ReasonGap {
+			t.Fatalf("ahead of the log: want one gap reset and the end, got %+v (ended %v)", got, ended)
 		}
 	})
 	t.Run("row5_unknown_stream", func(t *testing.T) {
@@ -135,7 +145,7 @@ func TestResumeTable(t *testing.T) {
 			t.Fatalf("got %s", resp.Status)
 		}
 		evs, ended := events(t, resp, 0, 5*time.Second)
-		if !ended || len(evs) != 1 || resets(t, evs)[0] != relay.ReasonUnknownStream {
+		if !ended || len(evs) != 1 || resets(t, evs)[0] != resume.ReasonUnknownStream {
 			t.Fatalf("want one unknown_stream reset then the end, got ended=%v %+v", ended, evs)
 		}
 	})
@@ -212,7 +222,13 @@ func TestEvictionGivesGapReset(t *testing.T) {
 	resp.Body.Close()
 	// Let the call finish in the log.
 	time.Sleep(200 * time.Millisecond)
-	resp = s.get(lastID(first))
+	// Resume from the priming event: whatever this reader saw of the fast
+	// call (it may have been outrun already), the events after seq 0 are
+	// evicted by now.
+	if first[0].ID == "" || len(first[0].Data) != 0 {
+		t.Fatalf("first event is not the priming event: %+v", first[0])
+	}
+	resp = s.get(first[0].ID)
 	if resp.StatusCode != 200 {
 		t.Fatalf("resume: %s", resp.Status)
 	}
@@ -220,7 +236,7 @@ func TestEvictionGivesGapReset(t *testing.T) {
 	if !ended {
 		t.Fatal("did not end")
 	}
-	if len(got) == 0 || got[0].Type != "reset" || resets(t, got)[0] != relay.ReasonGap {
+	if len(got) == 0 || got[0].Type != "reset" || resets(t, got)[0] != resume.ReasonGap {
 		t.Fatalf("want a gap reset first, got %+v", got)
 	}
 	p := progressOf(t, got)
@@ -234,7 +250,7 @@ func TestEvictionGivesGapReset(t *testing.T) {
 
 // TestCrossSessionCursorsAre409 runs two tenants' sessions at once and has
 // each present the other's cursors: every attempt is a 409 and carries
-// nothing of the other's stream (DESIGN.md §7.1).
+// nothing of the other's stream (never-event 1 of docs/design.md).
 func TestCrossSessionCursorsAre409(t *testing.T) {
 	e := newEnv(t, relay.Options{})
 	a := e.initialize("2025-11-25", "Bearer tenant-a")

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mcprelay/mcprelay/backend"
 	"github.com/mcprelay/mcprelay/eventlog"
 	"github.com/mcprelay/mcprelay/resume"
 )
@@ -19,30 +20,37 @@ type session struct {
 	id        string
 	principal string
 	version   string // negotiated protocol version
-	authz     string // Authorization forwarded upstream
+	authz     string // Authorization forwarded to the backend
 
 	reinitMu sync.Mutex // serializes re-creation of the backend side
 
 	mu          sync.Mutex
 	incarnation uint64
-	upstream    string               // the backend's Mcp-Session-Id for this incarnation
+	backend     backend.Session      // this incarnation's backend session
 	standalone  *stream              // current standalone (GET) stream
 	inflight    map[*stream]struct{} // request streams awaiting their response
 	closed      bool
-	genCancel   context.CancelFunc // ends the upstream GET pump of this incarnation
-	replay      []json.RawMessage  // state-setting requests, replayed to each new incarnation
+	replay      []json.RawMessage // state-setting requests, replayed to each new incarnation
+	recreated   []time.Time       // when the backend side was re-created, within recreationWindow
 
 	lastSeen atomic.Int64 // unix nanos of the last request
 	open     atomic.Int32 // client streams being served
+
+	// With a Cluster: the lease this replica holds, and until when (unix
+	// nanos) it may act on it. owner is set instead on a read-only view
+	// of a session another replica owns (remoteView).
+	lease      Lease
+	leaseUntil atomic.Int64
+	owner      string
 }
 
 func (s *session) touch() { s.lastSeen.Store(time.Now().UnixNano()) }
 
-// snapshot returns the incarnation and the upstream session handle.
-func (s *session) current() (gen uint64, upstream string) {
+// current returns the incarnation and its backend session.
+func (s *session) current() (gen uint64, bs backend.Session) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.incarnation, s.upstream
+	return s.incarnation, s.backend
 }
 
 // stream is the in-memory state of a non-terminal stream: whom to wake
@@ -71,6 +79,10 @@ type stream struct {
 // makes it end (takeover).
 type attachment struct {
 	kick chan struct{}
+	// moved is set before kick is closed when the session moves to
+	// another replica: the client must come back (retry), not take the
+	// end for the end of the stream. Guarded by stream.mu.
+	moved bool
 	poll time.Duration // >0: the backend closed its stream asking to poll; guarded by stream.mu
 }
 
@@ -118,18 +130,31 @@ func (st *stream) detach(a *attachment) {
 // The error is errUnavailable when the store holds the session but it
 // cannot be restored right now (the store failed, or the backend could not
 // be re-created): the client should retry (503), not re-initialize (404).
+//
+// With a Cluster, a session another replica owns comes back as a read-only
+// view with owner set: the caller forwards to the owner or serves from the
+// log. A session whose lease this replica could not renew in time is
+// dropped here first: a paused replica that wakes up never answers for a
+// session it may have lost.
 func (h *Handler) lookup(r *http.Request, id string) (*session, error) {
 	h.mu.Lock()
 	s := h.sessions[id]
 	h.mu.Unlock()
+	if s != nil && h.cluster != nil && !s.leaseValid() {
+		h.dropLocal(s, "lease not renewed in time")
+		s = nil
+	}
 	if s == nil {
 		var err error
 		if s, err = h.restore(r, id); err != nil {
 			return nil, err
 		}
 	}
-	if s == nil || s.principal != principal(r) {
+	if s == nil || s.principal != h.principal(r) {
 		return nil, nil
+	}
+	if s.owner != "" {
+		return s, nil
 	}
 	s.mu.Lock()
 	closed := s.closed
@@ -206,6 +231,12 @@ func (h *Handler) appendEvents(st *stream, terminal bool, evs ...eventlog.Event)
 		return false
 	}
 	if _, err := h.store.Append(h.ctx, st.skey, terminal, evs...); err != nil {
+		if errors.Is(err, eventlog.ErrFenced) {
+			// Another replica took the session over: this one must not
+			// write, deliver or answer for it any more.
+			go h.dropLocal(st.sess, "fenced: another replica owns the session")
+			return false
+		}
 		// A session ended meanwhile (its log is gone) is not an error.
 		if !errors.Is(err, context.Canceled) && !errors.Is(err, eventlog.ErrNotFound) {
 			h.log.Error("appending to the event log", logSession, st.sess.id, logStream, st.skey, "err", err)
@@ -243,7 +274,7 @@ func (h *Handler) retire(st *stream) {
 // reset event naming the lost requests, then a JSON-RPC error response per
 // pending request id (so standard clients fail the call), as one terminal
 // append.
-func (h *Handler) loseStream(st *stream, reason, msg string) {
+func (h *Handler) loseStream(st *stream, reason resume.Reason, msg string) {
 	st.mu.Lock()
 	if st.done {
 		st.mu.Unlock()
@@ -254,10 +285,10 @@ func (h *Handler) loseStream(st *stream, reason, msg string) {
 		ids = append(ids, id)
 	}
 	st.mu.Unlock()
-	evs := []eventlog.Event{{Type: "reset", Data: resetData{Reason: reason, Stream: st.skey, Generation: st.gen, Lost: ids}.marshal()}}
-	code := CodeRequestLost
-	if reason == "cancelled" {
-		code = CodeRequestCancelled
+	evs := []eventlog.Event{{Type: resume.EventReset, Data: resume.Reset{Reason: reason, Stream: st.skey, Generation: st.gen, Lost: ids}.Marshal()}}
+	code := resume.CodeRequestLost
+	if reason == resume.ReasonCancelled {
+		code = resume.CodeRequestCancelled
 		evs = evs[:0]
 	}
 	for _, id := range ids {
@@ -274,13 +305,35 @@ func (h *Handler) loseStream(st *stream, reason, msg string) {
 // endSession removes a session: its pumps stop, its streams and events are
 // dropped, open connections end, and the backend session is deleted.
 func (h *Handler) endSession(s *session, why string) {
+	sts, bs, ok := h.detachSession(s)
+	if !ok {
+		return
+	}
+	kickAll(sts, false)
+	if err := h.store.DeleteSession(context.WithoutCancel(h.ctx), s.id); err != nil && !errors.Is(err, eventlog.ErrNotFound) {
+		h.log.Error("deleting session from the store", logSession, s.id, "err", err)
+	}
+	if bs != nil {
+		go bs.Close()
+	}
+	if h.cluster != nil {
+		go h.cluster.Release(context.WithoutCancel(h.ctx), s.id, s.lease)
+	}
+	h.log.Info("session ended", logSession, s.id, logReason, why)
+}
+
+// detachSession stops s in this process: it is marked closed and
+// forgotten, the backend calls of its streams are cancelled. It returns
+// the streams (for their connections) and the backend session, and false
+// if s was already closed.
+func (h *Handler) detachSession(s *session) ([]*stream, backend.Session, bool) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return
+		return nil, nil, false
 	}
 	s.closed = true
-	upstream := s.upstream
+	bs := s.backend
 	var sts []*stream
 	if s.standalone != nil {
 		sts = append(sts, s.standalone)
@@ -288,18 +341,16 @@ func (h *Handler) endSession(s *session, why string) {
 	for st := range s.inflight {
 		sts = append(sts, st)
 	}
-	genCancel := s.genCancel
 	s.mu.Unlock()
-	if genCancel != nil {
-		genCancel()
-	}
 	for _, st := range sts {
 		if st.cancel != nil {
-			st.cancel() // ends the stream's backend request and its pump
+			st.cancel() // ends the stream's backend call and its pump
 		}
 	}
 	h.mu.Lock()
-	delete(h.sessions, s.id)
+	if h.sessions[s.id] == s {
+		delete(h.sessions, s.id)
+	}
 	for _, st := range sts {
 		delete(h.streams, st.skey)
 	}
@@ -307,19 +358,23 @@ func (h *Handler) endSession(s *session, why string) {
 	for _, st := range sts {
 		st.mu.Lock()
 		st.done = true
+		st.mu.Unlock()
+	}
+	return sts, bs, true
+}
+
+// kickAll closes the client connections attached to sts; with moved, each
+// is told to come back (the session goes on elsewhere).
+func kickAll(sts []*stream, moved bool) {
+	for _, st := range sts {
+		st.mu.Lock()
 		if st.conn != nil {
+			st.conn.moved = moved
 			close(st.conn.kick)
 			st.conn = nil
 		}
 		st.mu.Unlock()
 	}
-	if err := h.store.DeleteSession(context.WithoutCancel(h.ctx), s.id); err != nil && !errors.Is(err, eventlog.ErrNotFound) {
-		h.log.Error("deleting session from the store", logSession, s.id, "err", err)
-	}
-	if upstream != "" {
-		go h.deleteUpstream(upstream, s.version, s.authz)
-	}
-	h.log.Info("session ended", logSession, s.id, logReason, why)
 }
 
 // janitor expires idle sessions.
@@ -352,12 +407,4 @@ func (h *Handler) janitor() {
 			}
 		}
 	}
-}
-
-// genContext returns the context of one incarnation's backend GET pump. It
-// derives from the handler's context, not the session's, so that an idle
-// session does not carry a context tree of its own; endSession and
-// reincarnate cancel it.
-func (h *Handler) genContext() (context.Context, context.CancelFunc) {
-	return context.WithCancel(h.ctx)
 }

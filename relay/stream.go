@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"sync"
@@ -17,19 +16,6 @@ import (
 // negotiated (never as the header says; see checkVersion).
 func primes(s *session) bool { return s.version >= version20251125 }
 
-// plan says what one client connection of a stream gets.
-type plan struct {
-	key         resume.StreamKey
-	gen         uint64
-	from        uint64 // deliver events with Seq > from
-	none        bool   // nothing to deliver after the resets
-	upTo        uint64 // with then != Live: the replay ends after this seq
-	resetBefore string
-	resetAfter  string
-	then        resume.Next
-	priming     bool
-}
-
 // replayBatch is how many events one log read returns.
 const replayBatch = 256
 
@@ -39,11 +25,12 @@ var eventBufs = sync.Pool{New: func() any {
 	return &b
 }}
 
-// serveStream writes a stream to the client as SSE: priming event, resets,
-// replay from the log, then live events as they are logged, until the
-// stream ends, the connection is taken over, the client leaves, the poll
-// interval passes, or the relay shuts down.
-func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, s *session, p plan) {
+// serveStream writes a stream to the client as SSE, executing plan p
+// (resume.Plan): priming event, resets, replay from the log, then live
+// events as they are logged, until the stream ends, the connection is taken
+// over, the client leaves, the poll interval passes, or the relay shuts
+// down.
+func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, s *session, p resume.Plan, priming bool) {
 	hdr := w.Header()
 	hdr.Set("Content-Type", "text/event-stream")
 	hdr.Set("Cache-Control", "no-cache, no-transform")
@@ -54,14 +41,13 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, s *session
 	defer s.touch()
 
 	c := &sseConn{w: w, rc: http.NewResponseController(w), codec: h.codec}
-	ctx := r.Context()
-	if p.priming {
-		c.id(p.key, p.gen, p.from, 0, true)
+	if priming {
+		c.id(p.Stream, p.Generation, p.From, 0, true)
 	}
-	if p.resetBefore != "" {
-		c.reset(resetData{Reason: p.resetBefore, Stream: p.key.String(), Generation: p.gen})
+	if p.ResetBefore != "" {
+		c.reset(resume.Reset{Reason: p.ResetBefore, Stream: p.Stream.String(), Generation: p.Generation})
 	}
-	if p.none {
+	if !p.Replay {
 		c.flush()
 		return
 	}
@@ -72,14 +58,14 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, s *session
 		pollC = t.C
 	}
 	for {
-		key := p.key.String()
+		key := p.Stream.String()
 		st := h.liveStream(key)
 		var a *attachment
 		if st != nil {
 			a = &attachment{kick: make(chan struct{})}
 			st.attach(a)
 		}
-		next, ok := h.follow(ctx, c, s, st, a, key, &p, pollC)
+		next, ok := h.follow(r, c, s, st, a, key, p, pollC)
 		if st != nil {
 			st.detach(a)
 		}
@@ -91,13 +77,24 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, s *session
 	}
 }
 
-// follow serves one stream of a connection. It returns the plan of the
-// stream to switch to (the session's new standalone stream after a
-// generation change), or nil when the connection is done.
-func (h *Handler) follow(ctx context.Context, c *sseConn, s *session, st *stream, a *attachment, key string, p *plan, pollC <-chan time.Time) (*plan, bool) {
-	cursor := p.from
-	gapSent := p.resetBefore == ReasonGap
+// follow executes plan p on one stream of a connection, applying the
+// mid-stream rules of package resume to each read of the log. It returns
+// the plan of the stream to switch to (the session's current standalone
+// stream after a generation change), or nil when the connection is done.
+func (h *Handler) follow(r *http.Request, c *sseConn, s *session, st *stream, a *attachment, key string, p resume.Plan, pollC <-chan time.Time) (*resume.Plan, bool) {
+	ctx := r.Context()
+	cursor := p.From
+	gapAnnounced := p.ResetBefore == resume.ReasonGap
 	lastType := ""
+	var wake <-chan struct{}
+	if st == nil && h.cluster != nil {
+		// Another replica writes this stream (or nobody, any more): its
+		// appends are announced through the cluster. Watching before the
+		// first read leaves no window for a missed append.
+		var stop func()
+		wake, stop = h.cluster.Watch(key)
+		defer stop()
+	}
 	for {
 		// The batch buffer is held only while events are written, not
 		// while the connection waits: an idle stream costs no batch.
@@ -112,40 +109,34 @@ func (h *Handler) follow(ctx context.Context, c *sseConn, s *session, st *stream
 		if err != nil {
 			release()
 			if errors.Is(err, eventlog.ErrNotFound) && !s.isClosed() {
-				c.reset(resetData{Reason: ReasonUnknownStream, Stream: key, Generation: p.gen})
+				c.reset(resume.Reset{Reason: resume.ReasonUnknownStream, Stream: key, Generation: p.Generation})
 			}
 			return nil, false
 		}
-		if rec.FirstSeq > cursor+1 {
-			// Events this connection never saw were evicted: never skip
-			// them silently.
-			if !gapSent {
-				c.reset(resetData{Reason: ReasonGap, Stream: key, Generation: p.gen})
+		if resume.Hole(cursor, rec.FirstSeq) {
+			if !gapAnnounced {
+				c.reset(resume.Reset{Reason: resume.ReasonGap, Stream: key, Generation: p.Generation})
 			}
 			cursor = rec.FirstSeq - 1
 		}
-		gapSent = false
-		if p.then != resume.Live && len(evs) > 0 && evs[len(evs)-1].Seq > p.upTo {
-			// Replay-only: stop at the seal.
-			n := 0
-			for n < len(evs) && evs[n].Seq <= p.upTo {
-				n++
-			}
-			evs = evs[:n]
+		gapAnnounced = false
+		n := 0
+		for n < len(evs) && p.Delivers(evs[n].Seq) {
+			n++
 		}
-		for _, ev := range evs {
-			c.event(p.key, p.gen, ev)
+		for _, ev := range evs[:n] {
+			c.event(p.Stream, p.Generation, ev)
 			cursor = ev.Seq
 			lastType = ev.Type
 		}
-		n := len(evs)
+		full := len(evs) == replayBatch && n == len(evs)
 		release()
 		if st != nil && n > 0 {
 			st.mu.Lock()
 			st.delivered = max(st.delivered, cursor)
 			st.mu.Unlock()
 		}
-		if n == replayBatch {
+		if full {
 			if c.err != nil {
 				return nil, false
 			}
@@ -154,52 +145,77 @@ func (h *Handler) follow(ctx context.Context, c *sseConn, s *session, st *stream
 		if c.flush() != nil {
 			return nil, false
 		}
-		if p.then != resume.Live && cursor >= p.upTo {
-			if p.resetAfter != "" && lastType != "reset" {
-				c.reset(resetData{Reason: p.resetAfter, Stream: key, Generation: p.gen})
+		if p.ReplayDone(cursor, resume.Stream{LastSeq: rec.LastSeq, Terminal: rec.Terminal}) {
+			if reason := p.ResetAfterDue(lastType); reason != "" {
+				c.reset(resume.Reset{Reason: reason, Stream: key, Generation: p.Generation})
 			}
-			if p.then == resume.CurrentStandalone {
-				return h.switchStandalone(s)
+			if p.Then == resume.CurrentStandalone {
+				return h.switchStandalone(r, s)
 			}
 			return nil, true
 		}
 		if rec.Terminal && cursor >= rec.LastSeq {
-			if rec.RequestID == nil {
-				// A sealed standalone stream: carry on with the
-				// session's current one.
-				return h.switchStandalone(s)
+			if resume.AtTerminal(rec.RequestID == nil) == resume.CurrentStandalone {
+				return h.switchStandalone(r, s)
 			}
 			return nil, true
 		}
 		if st == nil {
-			return nil, true // not live here: nothing more will come
+			if wake == nil {
+				return nil, true // not live here: nothing more will come
+			}
+			goOn, ok, idle := h.waitRemote(ctx, c, p, cursor, wake, pollC)
+			if !goOn {
+				return nil, ok
+			}
+			if idle {
+				// Nothing for a while: if the owner died, its lease has
+				// lapsed and this replica takes the session over (which
+				// seals what the dead owner left unfinished).
+				h.lookup(r, s.id)
+			}
+			continue
 		}
 		st.mu.Lock()
 		poll := a.poll
 		st.mu.Unlock()
 		if poll > 0 && primes(s) {
-			c.retry(p.key, p.gen, cursor, poll)
+			c.retry(p.Stream, p.Generation, cursor, poll)
 			return nil, true
 		}
 		select {
 		case <-st.wake:
 		case <-a.kick:
+			st.mu.Lock()
+			moved := a.moved
+			st.mu.Unlock()
+			if moved {
+				c.retry(p.Stream, p.Generation, cursor, 100*time.Millisecond)
+			}
 			return nil, true
 		case <-ctx.Done():
 			return nil, false
 		case <-h.shutdown:
-			c.retry(p.key, p.gen, cursor, max(h.opts.PollInterval, time.Second))
+			c.retry(p.Stream, p.Generation, cursor, max(h.opts.PollInterval, time.Second))
 			return nil, true
 		case <-pollC:
-			c.retry(p.key, p.gen, cursor, h.opts.PollInterval)
+			c.retry(p.Stream, p.Generation, cursor, h.opts.PollInterval)
 			return nil, true
 		}
 	}
 }
 
 // switchStandalone returns the plan of the session's current standalone
-// stream, from its start.
-func (h *Handler) switchStandalone(s *session) (*plan, bool) {
+// stream, from its start. On a view of a session another replica owns, the
+// session is looked up afresh: the view's incarnation is the old one.
+func (h *Handler) switchStandalone(r *http.Request, s *session) (*resume.Plan, bool) {
+	if s.owner != "" {
+		cur, err := h.lookup(r, s.id)
+		if err != nil || cur == nil {
+			return nil, true
+		}
+		s = cur
+	}
 	s.mu.Lock()
 	st := s.standalone
 	closed := s.closed
@@ -207,7 +223,8 @@ func (h *Handler) switchStandalone(s *session) (*plan, bool) {
 	if closed || st == nil {
 		return nil, true
 	}
-	return &plan{key: st.key, gen: st.gen, from: 0, then: resume.Live}, true
+	p := resume.Tail(st.key, st.gen, 0)
+	return &p, true
 }
 
 func (s *session) isClosed() bool {
@@ -247,8 +264,8 @@ func (c *sseConn) event(key resume.StreamKey, gen uint64, ev eventlog.Event) {
 	}
 }
 
-func (c *sseConn) reset(d resetData) {
-	c.buf = sse.AppendEvent(c.buf, sse.Event{Type: "reset", Data: d.marshal()})
+func (c *sseConn) reset(r resume.Reset) {
+	c.buf = sse.AppendEvent(c.buf, sse.Event{Type: resume.EventReset, Data: r.Marshal()})
 }
 
 // retry tells the client to come back (polling, shutdown) and ends.

@@ -2,6 +2,7 @@ package resume
 
 import (
 	"errors"
+	"math"
 	"net/http"
 )
 
@@ -31,13 +32,13 @@ type Input struct {
 	Stream           *Stream // nil: the cursor's stream is unknown to the log (expired or never existed)
 }
 
-// Next says what happens to the response after the decision's replay and resets.
+// Next says what happens to the response once a plan's replay is done.
 type Next int
 
 const (
-	End               Next = iota // after what the decision says to send, end the response
-	Live                          // keep the response open and deliver new events of this stream as they come
-	CurrentStandalone             // switch to the session's current standalone stream, live (row 6 on a standalone stream)
+	End               Next = iota // end the response
+	Live                          // keep the response open and deliver new events of the stream as they come
+	CurrentStandalone             // go on with the session's current standalone stream, live (row 6 on a standalone stream)
 )
 
 // String returns the name of the constant, for logs and test failures.
@@ -53,105 +54,215 @@ func (n Next) String() string {
 	return "Next(?)"
 }
 
-// Reset reasons, sent in an SSE "reset" event (DESIGN.md §3).
+// Outcome names a resume decision in metrics and logs.
+type Outcome string
+
+// Outcomes, by row of the decision table.
 const (
-	resetUnknownStream     = "unknown_stream"
-	resetGap               = "gap"
-	resetGenerationChanged = "generation_changed"
+	OutcomeMissingSession  Outcome = "missing_session"    // row 1
+	OutcomeUnknownSession  Outcome = "unknown_session"    // row 2
+	OutcomeMalformedCursor Outcome = "malformed_cursor"   // row 3
+	OutcomeForgedCursor    Outcome = "forged_cursor"      // row 3
+	OutcomeFutureCursor    Outcome = "future_cursor"      // row 3: a generation the stream never had
+	OutcomeForeignStream   Outcome = "foreign_stream"     // row 4: a tenant-isolation event
+	OutcomeUnknownStream   Outcome = "unknown_stream"     // row 5
+	OutcomeGeneration      Outcome = "generation_changed" // row 6
+	OutcomeGap             Outcome = "gap"                // row 7: an eviction hole
+	OutcomeAheadOfLog      Outcome = "ahead_of_log"       // row 7: a genuine cursor past what the log holds (lost in a crash)
+	OutcomeFinished        Outcome = "finished"           // row 8
+	OutcomeReplayToEnd     Outcome = "replay_to_end"      // row 9
+	OutcomeReplay          Outcome = "replay"             // row 10
 )
 
-// Decision is the answer to one resume request. A client receives, in order:
-// the Status; an SSE reset with ResetBefore if set; the retained events of
-// the stream with Seq > From if Replay; a reset with ResetAfter if set; and
-// then whatever Then says.
-type Decision struct {
-	Row         int    // 1..10 as numbered in DESIGN.md §3
-	Status      int    // HTTP status: 400, 404, 409, 204 or 200
-	Reason      string // for metrics and logs
-	ResetBefore string // "" or a reset reason ("unknown_stream", "gap") sent before any replay
-	Replay      bool   // replay retained events with Seq > From
+// Plan is what one client connection of a stream receives, in order: a
+// reset with ResetBefore if set; if Replay, the retained events of the
+// stream with Seq > From (up to UpTo unless Then is Live); a reset with
+// ResetAfter if set and still due (see [Plan.ResetAfterDue]); then Then.
+//
+// Event IDs on the connection are minted with Stream and Generation.
+// Whoever executes a plan applies the mid-stream rules of this package as
+// it reads the log: [Hole] for events evicted while it reads, [Plan.Delivers]
+// and [Plan.ReplayDone] for the end of a replay, [AtTerminal] for the end
+// of a stream.
+type Plan struct {
+	Stream      StreamKey
+	Generation  uint64 // the stream's generation
+	ResetBefore Reason // "" or ReasonUnknownStream, ReasonGap
+	Replay      bool
 	From        uint64
-	ResetAfter  string // "" or a reset reason ("generation_changed") sent after the replay
+	UpTo        uint64 // with Then != Live, the replay stops after this seq: the seal, or UntilSeal
+	ResetAfter  Reason // "" or ReasonGenerationChanged
 	Then        Next
 }
 
-// Decide applies the resume decision table of DESIGN.md §3 to in: the first
-// matching row wins. Reasons, by row:
+// UntilSeal as a Plan's UpTo means: the old generation's stream is not
+// sealed yet; deliver what comes, live, up to and including its terminal
+// event (the seal), then go on as Then says.
+const UntilSeal = math.MaxUint64
+
+// Tail is the plan of a connection that follows a live stream from after
+// seq: a new request stream (seq 0), or a standalone stream opened by a GET
+// without Last-Event-ID (seq: what no connection has been given yet).
+func Tail(key StreamKey, generation, seq uint64) Plan {
+	return Plan{Stream: key, Generation: generation, Replay: true, From: seq, Then: Live}
+}
+
+// Decision is the answer to one resume request: the HTTP Status, and with
+// 200 the Plan of what the connection receives.
+type Decision struct {
+	Row     int     // 1..10 as numbered in the decision table
+	Status  int     // HTTP status: 400, 404, 409, 204 or 200
+	Outcome Outcome // for metrics and logs
+	Plan    Plan    // with Status 200
+}
+
+// Decide applies the resume decision table (docs/design.md, "The resume
+// contract") to in: the first matching row wins. By row:
 //
-//  1. 400 "missing_session": no Mcp-Session-Id header.
-//  2. 404 "unknown_session": no session; the cursor is never read.
-//  3. 400 "malformed_cursor", "forged_cursor", or "future_cursor" (a
-//     genuine cursor past what its stream holds; checked after row 5).
-//  4. 409 "foreign_stream": the stream belongs to another session.
-//  5. 200 "unknown_stream": reset unknown_stream, then end.
-//  6. 200 "generation_changed": reset gap if the cursor is in a hole, replay
-//     up to the seal, reset generation_changed, then the current standalone
-//     stream (standalone) or end (request stream).
-//  7. 200 "gap": reset gap, replay what is retained, then live or end.
-//  8. 204 "finished": the cursor is at or after the terminal event.
-//  9. 200 "replay_to_end": replay through the terminal event, then end.
-//  10. 200 "replay": replay after the cursor, then live.
+//  1. 400 missing_session: no Mcp-Session-Id header.
+//  2. 404 unknown_session: no session; the cursor is never read.
+//  3. 400 malformed_cursor or forged_cursor; future_cursor for a genuine
+//     cursor naming a generation its stream never had (checked after
+//     row 5).
+//  4. 409 foreign_stream: the stream belongs to another session.
+//  5. 200 unknown_stream: reset unknown_stream, then end.
+//  6. 200 generation_changed: reset gap first if the cursor is in a hole
+//     or ahead of the log, replay up to the seal (waiting for it, live, if
+//     the stream is not sealed yet: UpTo is UntilSeal), reset
+//     generation_changed, then the current standalone stream (standalone)
+//     or end (request stream).
+//  7. 200 gap: reset gap, replay what is retained, then live or end. A
+//     genuine cursor ahead of what the log holds (events delivered, then
+//     lost in a crash) is answered the same way (ahead_of_log), never 400.
+//  8. 204 finished: the cursor is at the terminal event.
+//  9. 200 replay_to_end: replay through the terminal event, then end.
+//  10. 200 replay: replay after the cursor, then live.
 //
 // A CursorErr that is neither ErrMalformed nor ErrForged counts as malformed.
 func Decide(in Input) Decision {
 	if !in.HasSessionHeader {
-		return Decision{Row: 1, Status: http.StatusBadRequest, Reason: "missing_session"}
+		return Decision{Row: 1, Status: http.StatusBadRequest, Outcome: OutcomeMissingSession}
 	}
 	sess := in.Session
 	if sess == nil {
-		return Decision{Row: 2, Status: http.StatusNotFound, Reason: "unknown_session"}
+		return Decision{Row: 2, Status: http.StatusNotFound, Outcome: OutcomeUnknownSession}
 	}
 	if in.CursorErr != nil {
-		reason := "malformed_cursor"
+		o := OutcomeMalformedCursor
 		if errors.Is(in.CursorErr, ErrForged) {
-			reason = "forged_cursor"
+			o = OutcomeForgedCursor
 		}
-		return Decision{Row: 3, Status: http.StatusBadRequest, Reason: reason}
+		return Decision{Row: 3, Status: http.StatusBadRequest, Outcome: o}
 	}
 	st, cur := in.Stream, in.Cursor
 	if st != nil && st.Session != sess.ID {
-		return Decision{Row: 4, Status: http.StatusConflict, Reason: "foreign_stream"}
+		return Decision{Row: 4, Status: http.StatusConflict, Outcome: OutcomeForeignStream}
 	}
 	if st == nil {
-		return Decision{Row: 5, Status: http.StatusOK, Reason: "unknown_stream",
-			ResetBefore: resetUnknownStream, Then: End}
+		return Decision{Row: 5, Status: http.StatusOK, Outcome: OutcomeUnknownStream, Plan: Plan{
+			Stream: cur.Stream, Generation: cur.Generation, ResetBefore: ReasonUnknownStream, Then: End}}
 	}
-	if cur.Generation > st.Generation || cur.Generation == st.Generation && cur.Seq > st.LastSeq {
-		return Decision{Row: 3, Status: http.StatusBadRequest, Reason: "future_cursor"}
+	if cur.Generation > st.Generation {
+		// Event IDs of a stream carry the stream's own generation: no
+		// relay mints this cursor.
+		return Decision{Row: 3, Status: http.StatusBadRequest, Outcome: OutcomeFutureCursor}
 	}
-	hole := inHole(cur.Seq, st.FirstSeq)
+	replay := Plan{Stream: cur.Stream, Generation: st.Generation, Replay: true, From: cur.Seq, UpTo: st.LastSeq}
+	ahead := cur.Generation == st.Generation && cur.Seq > st.LastSeq
+	hole := Hole(cur.Seq, st.FirstSeq)
 	if cur.Generation != sess.Incarnation || st.Generation != sess.Incarnation {
-		d := Decision{Row: 6, Status: http.StatusOK, Reason: "generation_changed",
-			Replay: true, From: cur.Seq, ResetAfter: resetGenerationChanged, Then: End}
-		if hole {
-			d.ResetBefore = resetGap
+		p := replay
+		p.ResetAfter, p.Then = ReasonGenerationChanged, End
+		if !st.Terminal {
+			// Not sealed yet: the relay that re-creates the backend seals
+			// the old generation's streams after it records the new
+			// incarnation (another replica may be doing it right now).
+			// Wait for the seal; it tells what was lost.
+			p.UpTo = UntilSeal
+		}
+		if hole || ahead {
+			p.ResetBefore = ReasonGap
 		}
 		if st.Standalone {
-			d.Then = CurrentStandalone
+			p.Then = CurrentStandalone
 		}
-		return d
+		return Decision{Row: 6, Status: http.StatusOK, Outcome: OutcomeGeneration, Plan: p}
 	}
-	if hole {
-		d := Decision{Row: 7, Status: http.StatusOK, Reason: "gap",
-			ResetBefore: resetGap, Replay: true, From: cur.Seq, Then: Live}
+	if hole || ahead {
+		p := replay
+		p.ResetBefore, p.Then = ReasonGap, Live
 		if st.Terminal {
-			d.Then = End
+			p.Then = End
 		}
-		return d
+		o := OutcomeGap
+		if ahead {
+			o = OutcomeAheadOfLog
+		}
+		return Decision{Row: 7, Status: http.StatusOK, Outcome: o, Plan: p}
 	}
 	if st.Terminal {
 		if cur.Seq >= st.LastSeq {
-			return Decision{Row: 8, Status: http.StatusNoContent, Reason: "finished"}
+			return Decision{Row: 8, Status: http.StatusNoContent, Outcome: OutcomeFinished}
 		}
-		return Decision{Row: 9, Status: http.StatusOK, Reason: "replay_to_end",
-			Replay: true, From: cur.Seq, Then: End}
+		p := replay
+		p.Then = End
+		return Decision{Row: 9, Status: http.StatusOK, Outcome: OutcomeReplayToEnd, Plan: p}
 	}
-	return Decision{Row: 10, Status: http.StatusOK, Reason: "replay",
-		Replay: true, From: cur.Seq, Then: Live}
+	p := replay
+	p.Then = Live
+	return Decision{Row: 10, Status: http.StatusOK, Outcome: OutcomeReplay, Plan: p}
 }
 
-// inHole reports whether events after seq were evicted before first, the
-// lowest retained seq: seq+1 < first, written so that seq+1 cannot overflow.
-func inHole(seq, first uint64) bool {
+// Hole is the one rule for evicted events, at the decision and while a
+// connection reads on: reading after seq, with first the lowest seq the log
+// retains, events were evicted if seq+1 < first (written so that seq+1
+// cannot overflow). The connection then gets a gap reset, unless its plan
+// just announced one, and reads on from first-1: never a silent jump.
+func Hole(seq, first uint64) bool {
 	return first > 0 && seq < first-1
+}
+
+// Delivers reports whether the plan delivers the event with seq: every
+// event on a live plan, those up to UpTo otherwise (a replay stops at the
+// seal even if the log grew since the decision).
+func (p Plan) Delivers(seq uint64) bool {
+	return p.Then == Live || seq <= p.UpTo
+}
+
+// ReplayDone reports whether a plan that does not go live has delivered
+// everything it replays, once the connection's cursor is at seq and the
+// log's stream is as given: past UpTo, or (UntilSeal) at its terminal
+// event.
+func (p Plan) ReplayDone(seq uint64, st Stream) bool {
+	if p.Then == Live {
+		return false
+	}
+	if p.UpTo == UntilSeal {
+		return st.Terminal && seq >= st.LastSeq
+	}
+	return seq >= p.UpTo
+}
+
+// ResetAfterDue returns the reset to send once the replay is done: the
+// plan's ResetAfter, unless the replay ended with a reset event. A stream
+// the relay sealed ends with its own reset (generation_changed on a
+// standalone stream, backend_lost on a request stream), and one reset says
+// it.
+func (p Plan) ResetAfterDue(lastEventType string) Reason {
+	if lastEventType == EventReset {
+		return ""
+	}
+	return p.ResetAfter
+}
+
+// AtTerminal says what follows when a connection reaches a stream's
+// terminal event: a request stream ends; a standalone stream is terminal
+// only when the relay sealed it after a generation change (its last event
+// is that reset), and the connection goes on with the session's current
+// standalone stream, without a second reset.
+func AtTerminal(standalone bool) Next {
+	if standalone {
+		return CurrentStandalone
+	}
+	return End
 }

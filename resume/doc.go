@@ -1,6 +1,9 @@
-// Package resume provides the cursor codec that mints and verifies mcprelay's
-// event IDs, and Decide, the pure resume decision of DESIGN.md §3 that answers a
-// GET carrying Last-Event-ID.
+// Package resume provides mcprelay's resume contract as code: the cursor
+// codec that mints and verifies event IDs; Decide, the pure resume decision
+// (the table in docs/design.md) that answers a GET carrying Last-Event-ID
+// with a Plan; the mid-stream rules whoever executes a plan applies; and the
+// vocabulary client and relay share (Reason, Reset, EventReset,
+// CodeRequestLost).
 //
 // Both halves are pure: no I/O, no clocks, no logging. The relay looks up the
 // session and the stream record, parses the cursor, and hands the facts to
@@ -21,7 +24,9 @@
 //		CursorErr:        cerr,
 //		Stream:           stream, // nil: the log does not know the cursor's stream
 //	})
-//	// d.Status, then d.ResetBefore, replay after d.From if d.Replay, d.ResetAfter, then d.Then.
+//	// d.Status; with 200, d.Plan: reset ResetBefore, replay after From
+//
+// (up to UpTo unless Then is Live), reset ResetAfterDue, then Then.
 //
 // # Event ID format
 //
@@ -46,8 +51,10 @@
 //   - Hashes are pooled per codec, so AppendID does not allocate when dst has room; the
 //     relay calls it once per event.
 //   - Decide guards Seq+1 against overflow: a hole is Seq < FirstSeq-1 with FirstSeq > 0.
-//   - A cursor from the future (a sequence the stream never reached in its own
-//     generation, or a generation newer than the stream's) is a 400 "future_cursor"
-//     (row 3): accepting it would silently skip the events in between, which is what the
-//     official Go SDK does today.
+//   - A genuine cursor past what the log holds (a sequence the stream has not
+//     reached in its own generation) can only be one this relay delivered and then
+//     lost in a crash: it gets a gap reset first and then what the log holds (row 7,
+//     "ahead_of_log"), never a silent skip and never a 400 that would strand the
+//     client without its lost-request errors. A generation newer than the stream's
+//     cannot be minted by any relay and is a 400 "future_cursor" (row 3).
 package resume

@@ -24,8 +24,8 @@ func ExampleDecide() {
 		CursorErr:        cerr,
 		Stream:           &resume.Stream{Session: "s1", Generation: 1, FirstSeq: 5, LastSeq: 9},
 	})
-	fmt.Printf("row %d: %d %s\n", d.Row, d.Status, d.Reason)
-	fmt.Printf("reset %q, replay after %d, then %v\n", d.ResetBefore, d.From, d.Then)
+	fmt.Printf("row %d: %d %s\n", d.Row, d.Status, d.Outcome)
+	fmt.Printf("reset %q, replay after %d, then %v\n", d.Plan.ResetBefore, d.Plan.From, d.Plan.Then)
 
 	// The same cursor presented with a tampered ID is a 400, never a 404.
 	_, cerr = codec.Parse(lastEventID[:len(lastEventID)-2] + "AA")
@@ -34,7 +34,7 @@ func ExampleDecide() {
 		Session:          &resume.Session{ID: "s1", Incarnation: 1},
 		CursorErr:        cerr,
 	})
-	fmt.Printf("row %d: %d %s\n", d.Row, d.Status, d.Reason)
+	fmt.Printf("row %d: %d %s\n", d.Row, d.Status, d.Outcome)
 	// Output:
 	// row 7: 200 gap
 	// reset "gap", replay after 2, then Live

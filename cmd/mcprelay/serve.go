@@ -17,8 +17,10 @@ import (
 
 	"github.com/mcprelay/mcprelay/backend"
 	"github.com/mcprelay/mcprelay/eventlog"
+	"github.com/mcprelay/mcprelay/eventlog/redisstore"
 	"github.com/mcprelay/mcprelay/exampleserver"
 	"github.com/mcprelay/mcprelay/relay"
+	"github.com/mcprelay/mcprelay/relay/redisreplicas"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -28,7 +30,7 @@ func serve(args []string) error {
 		addr          = fs.String("addr", "127.0.0.1:8080", "listen address (the endpoint is /mcp)")
 		upstream      = fs.String("upstream", "", "URL of the Streamable HTTP MCP server to front (default: the built-in example server, in process)")
 		statelessURL  = fs.String("upstream-stateless", "", "URL for stateless 2026-07-28 requests, if the upstream serves them elsewhere (default: --upstream)")
-		storeKind     = fs.String("store", "disk", "event log: disk (survives restarts, in --data-dir) or memory")
+		storeKind     = fs.String("store", "disk", "event log: disk (survives restarts, in --data-dir), memory, or redis://HOST:PORT/DB or rediss://... (shared by replicas; password in the URL or $MCPRELAY_REDIS_PASSWORD)")
 		dataDir       = fs.String("data-dir", defaultDataDir(), "directory of the disk store and the relay secret")
 		syncPolicy    = fs.String("sync", "always", "disk store fsync policy: always (durable before a client sees it), interval or none")
 		retainEvents  = fs.Int("retain-events", 10000, "events kept per session, across its streams")
@@ -42,6 +44,10 @@ func serve(args []string) error {
 		logFormat     = fs.String("log-format", "text", "log format: text or json")
 		logLevel      = fs.String("log-level", "info", "log level: debug, info, warn or error")
 		shutdownGrace = fs.Duration("shutdown-timeout", 10*time.Second, "how long to wait for streams to close on SIGINT/SIGTERM")
+		advertise     = fs.String("advertise", "", "with --store redis://: the URL at which other replicas reach this one's MCP endpoint (default: http://ADDR/mcp from the listener)")
+		secretFile    = fs.String("secret-file", "", "with --store redis://: read the relay secret (at least 32 bytes, mode 0600) from this file instead of sharing one through Redis")
+		leaseTTL      = fs.Duration("lease-ttl", 2*time.Second, "with --store redis://: how long a session's owner lease lasts unrenewed (the longest a session waits for a new owner after a replica dies)")
+		authOpts      = addAuthFlags(fs)
 	)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -73,13 +79,38 @@ func serve(args []string) error {
 		up = backend.Remote(*upstream)
 		up.StatelessURL = *statelessURL
 	}
+	authn, err := authOpts.setup(*addr, log)
+	if err != nil {
+		return err
+	}
 	store, secret, err := openStore(*storeKind, *dataDir, *syncPolicy, eventlog.Retention{MaxEvents: *retainEvents, MaxBytes: *retainBytes, TerminalGrace: *grace}, log)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	var cluster relay.Cluster
+	if rs, ok := store.(*redisstore.Store); ok {
+		self, err := advertiseURL(*advertise, ln.Addr())
+		if err != nil {
+			return err
+		}
+		if *secretFile != "" {
+			if secret, err = loadSecretFile(*secretFile); err != nil {
+				return err
+			}
+		}
+		cluster = redisreplicas.New(rs, self)
+	} else if *advertise != "" || *secretFile != "" {
+		return errors.New("serve: --advertise and --secret-file go with --store redis://")
+	}
 	h, err := relay.New(relay.Options{
-		Upstream:           up,
+		Cluster:            cluster,
+		LeaseTTL:           *leaseTTL,
+		Backend:            up,
 		Store:              store,
 		Secret:             secret,
 		PollInterval:       *poll,
@@ -88,6 +119,7 @@ func serve(args []string) error {
 		MaxBodyBytes:       *maxBody,
 		SessionIdleTimeout: *idle,
 		Logger:             log,
+		Identity:           authn.identity,
 	})
 	if err != nil {
 		return err
@@ -95,12 +127,9 @@ func serve(args []string) error {
 	defer h.Close()
 
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", h)
+	mux.Handle("/mcp", authn.protect(h))
+	authn.mount(mux)
 	mux.Handle("/metrics", h.Metrics())
-	ln, err := net.Listen("tcp", *addr)
-	if err != nil {
-		return err
-	}
 	srv := newServer(mux, bodyTimeout)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -111,8 +140,11 @@ func serve(args []string) error {
 		target = *upstream
 	}
 	where := "memory"
-	if *storeKind == "disk" {
+	switch {
+	case *storeKind == "disk":
 		where = *dataDir
+	case cluster != nil:
+		where = "redis, replica " + cluster.Self()
 	}
 	log.Info("mcprelay listening", "url", "http://"+ln.Addr().String()+"/mcp", "upstream", target, "store", where)
 
@@ -154,4 +186,21 @@ func newLogger(format, level string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(os.Stderr, o)), nil
 	}
 	return nil, fmt.Errorf("--log-format must be text or json, got %q", format)
+}
+
+// advertiseURL is --advertise, or the MCP endpoint's URL on the listener's
+// address when it names a host other replicas can reach.
+func advertiseURL(flagValue string, addr net.Addr) (string, error) {
+	if flagValue != "" {
+		u, err := url.Parse(flagValue)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return "", fmt.Errorf("serve: --advertise must be an http(s) URL, got %q", flagValue)
+		}
+		return flagValue, nil
+	}
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok || tcp.IP.IsUnspecified() {
+		return "", fmt.Errorf("serve: listening on %s: give --advertise, the URL other replicas reach this one at", addr)
+	}
+	return "http://" + tcp.String() + "/mcp", nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -11,10 +12,13 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/mcprelay/mcprelay/eventlog"
 	"github.com/mcprelay/mcprelay/eventlog/pebblestore"
+	"github.com/mcprelay/mcprelay/eventlog/redisstore"
 )
 
 // defaultDataDir is $XDG_STATE_HOME/mcprelay, else ~/.local/state/mcprelay,
@@ -38,15 +42,18 @@ const (
 
 // openStore opens the event log the flags ask for, and the relay secret
 // that goes with it: kept in the data directory for the disk store (so
-// event IDs survive restarts), random for the memory store. The data
-// directory stays locked until the returned store is closed.
+// event IDs survive restarts), in Redis for the Redis store (so that
+// replicas share it), random for the memory store. The data directory of
+// the disk store stays locked until the returned store is closed.
 func openStore(kind, dir, syncPolicy string, r eventlog.Retention, log *slog.Logger) (eventlog.Store, []byte, error) {
-	switch kind {
-	case "memory":
+	switch {
+	case kind == "memory":
 		return eventlog.NewMemory(r), nil, nil
-	case "disk":
+	case strings.HasPrefix(kind, "redis://") || strings.HasPrefix(kind, "rediss://"):
+		return openRedisStore(kind, os.Getenv(redisPasswordEnv), r)
+	case kind == "disk":
 	default:
-		return nil, nil, fmt.Errorf("--store must be disk or memory, got %q", kind)
+		return nil, nil, fmt.Errorf("--store must be disk, memory or a redis:// or rediss:// URL, got %q", kind)
 	}
 	policy, err := pebblestore.ParseSyncPolicy(syncPolicy)
 	if err != nil {
@@ -211,4 +218,57 @@ func createSecret(path string) error {
 		d.Close()
 	}
 	return nil
+}
+
+// redisPasswordEnv names the environment variable with the Redis password,
+// used when the --store URL has none (a password in a URL shows in ps).
+const redisPasswordEnv = "MCPRELAY_REDIS_PASSWORD"
+
+// redisOpenTimeout bounds connecting to Redis and loading the secret.
+const redisOpenTimeout = 10 * time.Second
+
+// openRedisStore opens the Redis store at url (redis://HOST:PORT/DB or
+// rediss://...) and loads the relay secret shared by the replicas, creating
+// it on first use. envPassword is used when the URL has no password.
+func openRedisStore(url, envPassword string, r eventlog.Retention) (eventlog.Store, []byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), redisOpenTimeout)
+	defer cancel()
+	opts := redisstore.Options{URL: url, Retention: r}
+	if !redisURLHasPassword(url) {
+		opts.Password = envPassword
+	}
+	st, err := redisstore.Open(ctx, opts)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--store: %w", err)
+	}
+	secret, err := st.LoadOrCreateSecret(ctx)
+	if err != nil {
+		st.Close()
+		return nil, nil, fmt.Errorf("loading the relay secret from Redis: %w", err)
+	}
+	return st, secret, nil
+}
+
+// redisURLHasPassword reports whether url's userinfo carries a password.
+func redisURLHasPassword(url string) bool {
+	rest, ok := strings.CutPrefix(url, "redis://")
+	if !ok {
+		rest, _ = strings.CutPrefix(url, "rediss://")
+	}
+	host, _, _ := strings.Cut(rest, "/")
+	at := strings.LastIndexByte(host, '@')
+	if at < 0 {
+		return false
+	}
+	_, pass, ok := strings.Cut(host[:at], ":")
+	return ok && pass != ""
+}
+
+// loadSecretFile reads a relay secret that must already exist (mode 0600,
+// at least 32 bytes): replicas given one file share it.
+func loadSecretFile(path string) ([]byte, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("--secret-file: %w", err)
+	}
+	return loadSecret(path)
 }

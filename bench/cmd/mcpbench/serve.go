@@ -60,7 +60,7 @@ func handlerFor(name string, cfg serverConfig) (h http.Handler, stop func(), err
 	stop = func() {}
 	relayIn := func(up *backend.Upstream) (http.Handler, func(), error) {
 		store := eventlog.NewMemory(eventlog.Retention{MaxEvents: cfg.relayRetainEvents, MaxBytes: cfg.relayRetainBytes, TerminalGrace: 5 * time.Minute})
-		rh, err := relay.New(relay.Options{Upstream: up, Store: store, SessionIdleTimeout: -1})
+		rh, err := relay.New(relay.Options{Backend: up, Store: store, SessionIdleTimeout: -1})
 		if err != nil {
 			store.Close()
 			return nil, nil, err

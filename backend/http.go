@@ -1,0 +1,412 @@
+package backend
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/mcprelay/mcprelay/sse"
+)
+
+// Header names of the Streamable HTTP transport.
+const (
+	headerSessionID       = "Mcp-Session-Id"
+	headerProtocolVersion = "Mcp-Protocol-Version"
+	headerLastEventID     = "Last-Event-ID"
+)
+
+// MaxMessageBytes bounds one message read from an HTTP backend, as a JSON
+// body or as one SSE event. A larger one is an error, never cut short.
+const MaxMessageBytes = 16 << 20
+
+// ErrMessageTooLarge reports a backend message over MaxMessageBytes.
+var ErrMessageTooLarge = errors.New("backend: message larger than 16 MiB")
+
+// StatusError is a backend's refusal of a message with an HTTP status other
+// than 200 or 202 (and other than 404 for its session, which is
+// ErrSessionLost). The relay passes it to its client.
+type StatusError struct {
+	Code        int
+	ContentType string
+	Body        []byte // at most 1 MiB of the backend's answer
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("backend: HTTP %d: %s", e.Code, bytes.TrimSpace(e.Body[:min(len(e.Body), 200)]))
+}
+
+var (
+	_ Connector = (*Upstream)(nil)
+	_ Stateless = (*Upstream)(nil)
+)
+
+// Open starts a backend session: it POSTs the client's initialize request
+// and returns the backend's response. The backend's GET stream is opened
+// once the caller has sent notifications/initialized.
+func (u *Upstream) Open(ctx context.Context, init Init) (Session, []byte, error) {
+	id, err := requestID(init.Request)
+	if err != nil {
+		return nil, nil, err
+	}
+	s := &httpSession{u: u, header: init.Header, unrelated: init.Unrelated, lost: init.Lost, log: init.Logger}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	resp, err := s.do(ctx, http.MethodPost, init.Request, "")
+	if err != nil {
+		return nil, nil, &UnavailableError{Err: err}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, nil, statusError(resp)
+	}
+	res, err := firstResponse(resp, id)
+	if err != nil {
+		return nil, nil, fmt.Errorf("backend: initialize: %w", err)
+	}
+	var out struct {
+		Result *struct {
+			ProtocolVersion string `json:"protocolVersion"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal(res, &out); err != nil || out.Result == nil {
+		return nil, res, nil // a JSON-RPC error: no session
+	}
+	s.version = out.Result.ProtocolVersion
+	s.handle = resp.Header.Get(headerSessionID)
+	return s, res, nil
+}
+
+// Discard DELETEs a backend session known by its handle.
+func (u *Upstream) Discard(ctx context.Context, handle string) error {
+	if handle == "" {
+		return nil
+	}
+	s := &httpSession{u: u, handle: handle}
+	return s.delete(ctx)
+}
+
+// httpSession is one session of a Streamable HTTP backend.
+type httpSession struct {
+	u         *Upstream
+	handle    string // the backend's Mcp-Session-Id
+	version   string // negotiated protocol version, sent as MCP-Protocol-Version
+	header    http.Header
+	unrelated func([]byte)
+	lost      func(error)
+	log       *slog.Logger
+
+	mu       sync.Mutex
+	closed   bool
+	pumping  bool
+	stopPump context.CancelFunc
+	lostOnce sync.Once
+}
+
+func (s *httpSession) Handle() string { return s.handle }
+
+// do sends one request of the session.
+func (s *httpSession) do(ctx context.Context, method string, body []byte, lastEventID string) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, s.u.URL, rd)
+	if err != nil {
+		return nil, err
+	}
+	for k, vs := range s.header {
+		req.Header[k] = vs
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+	} else {
+		req.Header.Set("Accept", "text/event-stream")
+	}
+	if s.handle != "" {
+		req.Header.Set(headerSessionID, s.handle)
+	}
+	if s.version != "" {
+		req.Header.Set(headerProtocolVersion, s.version)
+	}
+	if lastEventID != "" {
+		req.Header.Set(headerLastEventID, lastEventID)
+	}
+	return s.u.HTTPClient().Do(req)
+}
+
+func (s *httpSession) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// Notify POSTs notifications or responses and expects 202 (or 200). The
+// first notifications/initialized puts the session in operation: the
+// backend's GET stream is opened.
+func (s *httpSession) Notify(ctx context.Context, msg []byte) error {
+	if s.isClosed() {
+		return ErrSessionLost
+	}
+	resp, err := s.do(ctx, http.MethodPost, msg, "")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusNotFound && s.handle != "":
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+		return ErrSessionLost
+	case resp.StatusCode >= 300:
+		return statusError(resp)
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	if isInitialized(msg) {
+		s.startPump()
+	}
+	return nil
+}
+
+// isInitialized reports whether msg is the notifications/initialized
+// notification (read once per session, not per event).
+func isInitialized(msg []byte) bool {
+	if !bytes.Contains(msg, []byte("notifications/initialized")) {
+		return false
+	}
+	var m struct {
+		Method string `json:"method"`
+	}
+	return json.Unmarshal(msg, &m) == nil && m.Method == "notifications/initialized"
+}
+
+// Call POSTs requests and returns the backend's answer as a Reply. A 404
+// for the session is ErrSessionLost.
+func (s *httpSession) Call(ctx context.Context, msg []byte, ids []json.RawMessage) (Reply, error) {
+	if s.isClosed() {
+		return nil, ErrSessionLost
+	}
+	resp, err := s.do(ctx, http.MethodPost, msg, "")
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case resp.StatusCode == http.StatusNotFound && s.handle != "":
+		resp.Body.Close()
+		return nil, ErrSessionLost
+	case resp.StatusCode != http.StatusOK:
+		defer resp.Body.Close()
+		return nil, statusError(resp)
+	}
+	return newHTTPReply(ctx, s, resp), nil
+}
+
+// Close DELETEs the backend session and stops its GET stream.
+func (s *httpSession) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	stop := s.stopPump
+	s.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	if s.handle == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return s.delete(ctx)
+}
+
+func (s *httpSession) delete(ctx context.Context) error {
+	resp, err := s.do(ctx, http.MethodDelete, nil, "")
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode >= 300 && resp.StatusCode != http.StatusNotFound && resp.StatusCode != http.StatusMethodNotAllowed {
+		return fmt.Errorf("backend: DELETE: HTTP %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// sessionLost reports the loss once, outside any call.
+func (s *httpSession) sessionLost() {
+	if s.isClosed() {
+		return
+	}
+	s.lostOnce.Do(func() {
+		if s.lost != nil {
+			s.lost(ErrSessionLost)
+		}
+	})
+}
+
+// confirmLost asks the backend whether the session still exists (a ping):
+// only a 404 to a POST says it is gone. A GET answered 404 does not: many
+// servers define only POST on their endpoint.
+func (s *httpSession) confirmLost(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := s.do(ctx, http.MethodPost, []byte(`{"jsonrpc":"2.0","id":"mcprelay-ping","method":"ping"}`), "")
+	if err != nil {
+		return false
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusNotFound
+}
+
+func (s *httpSession) startPump() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pumping || s.closed {
+		return
+	}
+	s.pumping = true
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopPump = cancel
+	go s.pump(ctx)
+}
+
+// pump keeps the backend's GET stream open and hands what arrives on it to
+// the unrelated callback. It stops for good when the backend offers no GET
+// stream (405, or 404 while a POST finds the session alive), and reports a
+// lost session when a POST confirms it.
+func (s *httpSession) pump(ctx context.Context) {
+	lastID := ""
+	for failures := 0; ctx.Err() == nil; {
+		resp, err := s.do(ctx, http.MethodGet, nil, lastID)
+		wait := time.Duration(1<<min(failures, 6)) * 100 * time.Millisecond
+		if err == nil {
+			switch resp.StatusCode {
+			case http.StatusMethodNotAllowed:
+				resp.Body.Close()
+				return // the server offers no GET stream
+			case http.StatusNotFound:
+				resp.Body.Close()
+				if s.confirmLost(ctx) {
+					s.sessionLost()
+				} else {
+					s.log.Debug("backend answers GET with 404 but the session is alive: no GET stream")
+				}
+				return
+			case http.StatusOK:
+				failures = 0
+				id, retry, _ := readMessages(resp, func(data []byte) bool {
+					if s.unrelated != nil {
+						s.unrelated(data)
+					}
+					return true
+				})
+				resp.Body.Close()
+				if id != "" {
+					lastID = id
+				}
+				if retry > 0 {
+					wait = retry
+				}
+			default:
+				resp.Body.Close()
+			}
+		}
+		failures++
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(min(wait, 10*time.Second)):
+		}
+	}
+}
+
+// statusError reads a refused answer.
+func statusError(resp *http.Response) *StatusError {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return &StatusError{Code: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), Body: b}
+}
+
+// requestID returns the id of a JSON-RPC request.
+func requestID(msg []byte) (json.RawMessage, error) {
+	var m struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if err := json.Unmarshal(msg, &m); err != nil || len(m.ID) == 0 {
+		return nil, errors.New("backend: initialize request without an id")
+	}
+	return m.ID, nil
+}
+
+// readMessages calls fn with each JSON-RPC payload of a backend answer, a
+// JSON body or an SSE stream, until fn returns false or the body ends. It
+// returns the last SSE event ID and retry seen; err is nil at a clean end
+// of the body, ErrMessageTooLarge for a message over MaxMessageBytes.
+func readMessages(resp *http.Response, fn func(data []byte) bool) (lastID string, retry time.Duration, err error) {
+	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if ct != "text/event-stream" {
+		data, err := io.ReadAll(io.LimitReader(resp.Body, MaxMessageBytes+1))
+		if err != nil {
+			return "", 0, err
+		}
+		if len(data) > MaxMessageBytes {
+			return "", 0, ErrMessageTooLarge
+		}
+		if len(bytes.TrimSpace(data)) > 0 {
+			fn(data)
+		}
+		return "", 0, nil
+	}
+	sc := sse.NewScanner(resp.Body)
+	sc.MaxEventBytes = MaxMessageBytes
+	for {
+		ev, err := sc.Next()
+		if ev.Retry > 0 {
+			retry = ev.Retry
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = nil
+			} else if errors.Is(err, sse.ErrTooLarge) {
+				err = ErrMessageTooLarge
+			}
+			return sc.LastEventID(), retry, err
+		}
+		if len(ev.Data) == 0 || (ev.Type != "" && ev.Type != "message") {
+			continue
+		}
+		if !fn(ev.Data) {
+			return sc.LastEventID(), retry, nil
+		}
+	}
+}
+
+// firstResponse reads a backend answer until the response with id.
+func firstResponse(resp *http.Response, id json.RawMessage) ([]byte, error) {
+	var out []byte
+	_, _, err := readMessages(resp, func(data []byte) bool {
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		if json.Unmarshal(data, &m) == nil && m.Method == "" && bytes.Equal(bytes.TrimSpace(m.ID), bytes.TrimSpace(id)) {
+			out = data
+			return false
+		}
+		return true
+	})
+	if out == nil && err == nil {
+		err = errors.New("backend ended its answer without a response")
+	}
+	return out, err
+}

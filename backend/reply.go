@@ -1,0 +1,202 @@
+package backend
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/mcprelay/mcprelay/sse"
+)
+
+var errReplyClosed = errors.New("backend: reply closed")
+
+// maxResumes bounds the attempts to resume a broken backend stream in a
+// row; a server-initiated close (polling) does not count.
+const maxResumes = 5
+
+// httpReply reads one POST's answer: a JSON body, or an SSE stream that it
+// resumes with GET and Last-Event-ID when it breaks before the caller has
+// what it waits for.
+type httpReply struct {
+	ctx     context.Context
+	s       *httpSession
+	body    io.ReadCloser // nil between a broken stream and its resumption
+	sc      *sse.Scanner  // nil for a JSON body
+	jsonEnd bool          // the JSON body was read
+	cursor  string        // the backend's last event ID, kept across failed resumes
+	retry   time.Duration // the backend's last retry field
+	attempt int           // resumes tried in a row
+
+	mu     sync.Mutex // guards current and closed: Close comes from another goroutine
+	closed bool
+	cur    io.Closer
+}
+
+func newHTTPReply(ctx context.Context, s *httpSession, resp *http.Response) *httpReply {
+	r := &httpReply{ctx: ctx, s: s}
+	r.open(resp)
+	return r
+}
+
+func (r *httpReply) open(resp *http.Response) {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		resp.Body.Close()
+		r.body = http.NoBody
+		r.sc, r.jsonEnd = nil, true
+		return
+	}
+	r.cur = resp.Body
+	r.mu.Unlock()
+	r.body = resp.Body
+	r.sc, r.jsonEnd = nil, false
+	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct == "text/event-stream" {
+		r.sc = sse.NewScanner(resp.Body)
+		r.sc.MaxEventBytes = MaxMessageBytes
+	}
+}
+
+// read returns the next message of the current body; nil at its end.
+func (r *httpReply) read() ([]byte, error) {
+	if r.sc == nil {
+		if r.jsonEnd {
+			return nil, nil
+		}
+		r.jsonEnd = true
+		data, err := io.ReadAll(io.LimitReader(r.body, MaxMessageBytes+1))
+		switch {
+		case err != nil:
+			return nil, err
+		case len(data) > MaxMessageBytes:
+			return nil, ErrMessageTooLarge
+		case len(bytes.TrimSpace(data)) == 0:
+			return nil, nil
+		}
+		return data, nil
+	}
+	for {
+		ev, err := r.sc.Next()
+		if ev.Retry > 0 {
+			r.retry = ev.Retry
+		}
+		if id := r.sc.LastEventID(); id != "" {
+			r.cursor = id
+		}
+		if err != nil {
+			switch {
+			case errors.Is(err, io.EOF):
+				return nil, nil
+			case errors.Is(err, sse.ErrTooLarge):
+				return nil, ErrMessageTooLarge
+			}
+			return nil, err
+		}
+		if len(ev.Data) == 0 || (ev.Type != "" && ev.Type != "message") {
+			continue
+		}
+		return ev.Data, nil
+	}
+}
+
+// Next returns the next message of the call. When the backend's stream
+// ends or breaks while the caller still asks for more, it resumes the
+// stream from the backend's last event ID; a stream without event IDs
+// cannot be resumed and the call is lost.
+func (r *httpReply) Next() ([]byte, error) {
+	for {
+		if r.body == nil {
+			if err := r.resume(); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		data, err := r.read()
+		if data != nil {
+			return data, nil
+		}
+		r.body.Close()
+		r.body = nil
+		r.mu.Lock()
+		closed := r.closed
+		r.mu.Unlock()
+		switch {
+		case closed:
+			return nil, errReplyClosed
+		case r.ctx.Err() != nil:
+			return nil, r.ctx.Err()
+		case errors.Is(err, ErrMessageTooLarge):
+			return nil, err
+		case r.cursor == "":
+			// Nothing to resume from: the response can no longer come.
+			// The session itself may be gone; a ping tells.
+			go func() {
+				if r.s.confirmLost(context.Background()) {
+					r.s.sessionLost()
+				}
+			}()
+			if err == nil {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, fmt.Errorf("backend: stream ended before the response: %w", err)
+		case err == nil && r.retry > 0:
+			// A server-initiated close (polling): the caller carries it
+			// to its client; the next call resumes.
+			return nil, &Poll{Retry: r.retry}
+		}
+	}
+}
+
+// resume waits, then opens the backend's stream again from r.cursor.
+func (r *httpReply) resume() error {
+	if r.attempt >= maxResumes {
+		return fmt.Errorf("backend: stream broke; %d resumes failed", r.attempt)
+	}
+	r.attempt++
+	wait := r.retry
+	if wait <= 0 {
+		wait = time.Duration(r.attempt) * 100 * time.Millisecond
+	}
+	t := time.NewTimer(min(wait, 10*time.Second))
+	defer t.Stop()
+	select {
+	case <-r.ctx.Done():
+		return r.ctx.Err()
+	case <-t.C:
+	}
+	resp, err := r.s.do(r.ctx, http.MethodGet, nil, r.cursor)
+	if err != nil {
+		return nil // counted; tried again
+	}
+	r.s.log.Debug("resuming the backend's request stream", "cursor", r.cursor, "status", resp.StatusCode)
+	switch resp.StatusCode {
+	case http.StatusOK:
+		r.open(resp)
+		if r.retry > 0 {
+			r.attempt = 0 // polling is not failure
+		}
+		return nil
+	case http.StatusNotFound:
+		resp.Body.Close()
+		return ErrSessionLost
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// Close abandons the reply; a Next blocked on the backend returns.
+func (r *httpReply) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
+	if r.cur != nil {
+		return r.cur.Close()
+	}
+	return nil
+}

@@ -1,0 +1,75 @@
+package backend
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net/http"
+)
+
+// ServeStateless passes a stateless (2026-07-28) request through to the
+// backend's stateless endpoint and streams the answer back. The client
+// closing its connection cancels the backend request, as that revision
+// requires. No session, no event IDs, nothing logged.
+func (u *Upstream) ServeStateless(w http.ResponseWriter, r *http.Request, body []byte) {
+	req, err := http.NewRequestWithContext(r.Context(), http.MethodPost, u.Stateless(), bytes.NewReader(body))
+	if err != nil {
+		http.Error(w, "mcprelay: backend request: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	for k, vs := range r.Header {
+		if hopByHop[http.CanonicalHeaderKey(k)] {
+			continue
+		}
+		req.Header[k] = vs
+	}
+	resp, err := u.HTTPClient().Do(req)
+	if err != nil {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadGateway)
+		io.WriteString(w, `{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"backend unavailable"}}`)
+		return
+	}
+	defer resp.Body.Close()
+	for k, vs := range resp.Header {
+		if hopByHop[http.CanonicalHeaderKey(k)] || k == "Content-Length" {
+			continue
+		}
+		w.Header()[k] = vs
+	}
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(resp.StatusCode)
+	if err := CopyFlushing(w, resp.Body, 32<<10); err != nil && r.Context().Err() == nil {
+		panic(http.ErrAbortHandler) // the backend broke off: so does the client's answer
+	}
+}
+
+var hopByHop = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true, "Proxy-Authorization": true,
+	"Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true, "Host": true,
+	"Content-Length": true, "Accept-Encoding": true,
+}
+
+// CopyFlushing streams body to w, flushing after each read of at most size
+// bytes. It returns the error that ended the body (nil at its end) or the
+// write error, so that a caller can cut its own client off (panic with
+// http.ErrAbortHandler) instead of ending a broken stream as if complete.
+func CopyFlushing(w http.ResponseWriter, body io.Reader, size int) error {
+	rc := http.NewResponseController(w)
+	buf := make([]byte, size)
+	for {
+		n, err := body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return werr
+			}
+			rc.Flush()
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}

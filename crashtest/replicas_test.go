@@ -1,0 +1,546 @@
+package crashtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mcprelay/mcprelay/eventlog/redisstore"
+	"github.com/mcprelay/mcprelay/eventlog/redisstore/redistest"
+	"github.com/mcprelay/mcprelay/resume"
+	"github.com/mcprelay/mcprelay/sse"
+)
+
+// replicaSet is one real Redis and n `mcprelay serve --store redis://...`
+// replicas, real processes, behind a round-robin reverse proxy that pins
+// nothing: consecutive requests of one client go to different replicas.
+type replicaSet struct {
+	t      *testing.T
+	redis  *redistest.Server
+	procs  []*relayProc
+	proxy  *httptest.Server
+	next   atomic.Uint64
+	starts atomic.Int64 // replica starts, for the log
+}
+
+const replicaLease = 2 * time.Second
+
+func newReplicaSet(t *testing.T, n int, ro redistest.Options) *replicaSet {
+	t.Helper()
+	rs := &replicaSet{t: t, redis: redistest.StartWith(t, ro)}
+	tmp := t.TempDir()
+	for i := range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		p := &relayProc{t: t, name: fmt.Sprintf("replica%d", i), addr: addr, logDir: tmp, changed: make(chan struct{}),
+			args: []string{"--store", rs.redis.URL(), "--lease-ttl", replicaLease.String(), "--log-level", "warn"}}
+		t.Cleanup(func() {
+			p.kill()
+			if t.Failed() {
+				p.dumpLogs()
+			}
+		})
+		p.start()
+		rs.procs = append(rs.procs, p)
+	}
+	rs.proxy = httptest.NewServer(http.HandlerFunc(rs.route))
+	t.Cleanup(rs.proxy.Close)
+	return rs
+}
+
+func (rs *replicaSet) url() string { return rs.proxy.URL + "/mcp" }
+
+// proxyTransport opens a connection per request: after a kill -9 a pooled
+// connection is dead.
+var proxyTransport = &http.Transport{DisableKeepAlives: true}
+
+// route forwards a request to the next replica in turn. A replica that
+// refuses the connection (it is down) is skipped, as a load balancer does;
+// one that fails after the request was sent is not retried (the request
+// may have been acted on): the client sees the failure.
+func (rs *replicaSet) route(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return
+	}
+	for range rs.procs {
+		p := rs.procs[rs.next.Add(1)%uint64(len(rs.procs))]
+		req, _ := http.NewRequestWithContext(r.Context(), r.Method, "http://"+p.addr+"/mcp", bytes.NewReader(body))
+		for k, vs := range r.Header {
+			req.Header[k] = vs
+		}
+		resp, err := proxyTransport.RoundTrip(req)
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			continue
+		}
+		if err != nil {
+			http.Error(w, "proxy: "+err.Error(), http.StatusBadGateway)
+			return
+		}
+		for k, vs := range resp.Header {
+			w.Header()[k] = vs
+		}
+		w.Header().Set("X-Test-Replica", p.name)
+		w.WriteHeader(resp.StatusCode)
+		rc := http.NewResponseController(w)
+		buf := make([]byte, 16<<10)
+		for {
+			n, err := resp.Body.Read(buf)
+			if n > 0 {
+				if _, werr := w.Write(buf[:n]); werr != nil {
+					break
+				}
+				rc.Flush()
+			}
+			if err != nil {
+				if !errors.Is(err, io.EOF) {
+					// The replica died mid-stream: cut the client's
+					// connection as the replica's was cut.
+					panic(http.ErrAbortHandler)
+				}
+				break
+			}
+		}
+		resp.Body.Close()
+		return
+	}
+	http.Error(w, "proxy: no replica is up", http.StatusBadGateway)
+}
+
+// replicaClient drives one session through the proxy: calls one after
+// another, each followed across cuts (its own, at random, and the deaths of
+// replicas) by resuming with its last event ID, through whichever replica
+// the proxy picks.
+type replicaClient struct {
+	n     int
+	url   string
+	sid   string
+	rng   *rand.Rand
+	k     *checker
+	v     *violations
+	calls []*call
+	cuts  int
+	waits int // 502/503 answers waited out
+}
+
+// retryable says whether a status asks the client to come back.
+func retryable(status int) bool {
+	return status == http.StatusServiceUnavailable || status == http.StatusBadGateway
+}
+
+func (cl *replicaClient) run(ctx context.Context, stop <-chan struct{}) {
+	for i := 1; ; i++ {
+		select {
+		case <-stop:
+			c := &call{name: fmt.Sprintf("s%d-c%d", cl.n, i), count: 5}
+			cl.calls = append(cl.calls, c)
+			cl.runCall(ctx, c, 0, false)
+			if c.outcome != "result" {
+				cl.v.addf("%s: the last call, after every failover, ended %q", c.name, c.outcome)
+			}
+			return
+		case <-ctx.Done():
+			return
+		default:
+		}
+		c := &call{name: fmt.Sprintf("s%d-c%d", cl.n, i), count: 30 + cl.rng.IntN(71)}
+		cl.calls = append(cl.calls, c)
+		cl.runCall(ctx, c, 10+cl.rng.IntN(21), true)
+	}
+}
+
+// scanCut reads an answer into the checker; with cut, it may hang up after
+// a random number of events. It reports whether the stream ended cleanly.
+func (cl *replicaClient) scanCut(resp *http.Response, c *call, cut bool) (ended bool) {
+	c.via = resp.Header.Get("X-Test-Replica")
+	limit := -1
+	if cut && cl.rng.IntN(3) == 0 {
+		limit = 1 + cl.rng.IntN(20)
+	}
+	n, retry := 0, false
+	err := scan(resp, func(ev sse.Event) bool {
+		cl.k.handle(c, ev)
+		retry = ev.Retry > 0 // the server closes asking the client to come back
+		n++
+		if n == limit {
+			cl.cuts++
+			return false
+		}
+		return true
+	})
+	resp.Body.Close()
+	return err == nil && n != limit && !retry
+}
+
+func (cl *replicaClient) runCall(ctx context.Context, c *call, intervalMS int, cut bool) {
+	ctx, cancel := context.WithTimeout(ctx, callBound)
+	defer cancel()
+	wait := func() bool {
+		cl.waits++
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(100 * time.Millisecond):
+			return true
+		}
+	}
+	var resp *http.Response
+	for {
+		var err error
+		resp, err = do(ctx, cl.url, http.MethodPost, sessionHeaders(cl.sid, ""), callBody(c.name, c.name, c.count, intervalMS))
+		if err != nil {
+			if ctx.Err() != nil {
+				cl.v.addf("%s: POST not answered within %v", c.name, callBound)
+			}
+			c.outcome = "unsent" // the client has an error; nothing to resume
+			return
+		}
+		if retryable(resp.StatusCode) {
+			resp.Body.Close()
+			if !wait() {
+				cl.v.addf("%s: POST answered %s until the bound", c.name, resp.Status)
+				c.outcome = "failed"
+				return
+			}
+			continue
+		}
+		break
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		c.outcome = "rejected"
+		cl.v.addf("%s: POST answered %s: %s", c.name, resp.Status, b)
+		return
+	}
+	ended := cl.scanCut(resp, c, cut)
+	for !c.done() {
+		if ended {
+			cl.v.addf("%s: stream ended without a response (cursor %q, %d/%d progress, resumes %v, last served by %s, generation reset %v)", c.name, c.cursor, c.progress, c.count, c.statuses, c.via, c.genReset)
+			c.outcome = "failed"
+			return
+		}
+		if c.cursor == "" {
+			c.outcome = "uncursored" // cut before the priming event: the client has an error
+			return
+		}
+		c.resumes++
+		start := time.Now()
+		resp, err := do(ctx, cl.url, http.MethodGet, sessionHeaders(cl.sid, c.cursor), "")
+		if err != nil {
+			if ctx.Err() != nil {
+				cl.v.addf("%s: no end within %v (%d resumes, statuses %v, %d/%d progress)", c.name, callBound, c.resumes, c.statuses, c.progress, c.count)
+				c.outcome = "failed"
+				return
+			}
+			continue
+		}
+		if d := time.Since(start); d > resumeBound {
+			cl.v.addf("%s: resume answered after %v", c.name, d)
+		}
+		c.statuses = append(c.statuses, resp.StatusCode)
+		switch {
+		case resp.StatusCode == http.StatusOK:
+			ended = cl.scanCut(resp, c, cut)
+		case retryable(resp.StatusCode):
+			resp.Body.Close()
+			if !wait() {
+				cl.v.addf("%s: resume answered %s until the bound", c.name, resp.Status)
+				c.outcome = "failed"
+				return
+			}
+		default:
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			cl.v.addf("%s: resume after %q answered %s: %q (%d/%d progress)", c.name, c.cursor, resp.Status, b, c.progress, c.count)
+			c.outcome = "failed"
+			return
+		}
+	}
+}
+
+// listen follows the session's standalone stream through the proxy until
+// ctx is done: only the seals of old generations may arrive on it.
+func (cl *replicaClient) listen(ctx context.Context, resets *int) {
+	cursor, stream := "", ""
+	for ctx.Err() == nil {
+		resp, err := do(ctx, cl.url, http.MethodGet, sessionHeaders(cl.sid, cursor), "")
+		if err != nil {
+			continue
+		}
+		if retryable(resp.StatusCode) {
+			resp.Body.Close()
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		if resp.StatusCode != http.StatusOK {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			cl.v.addf("standalone s%d: GET after %q answered %s: %q", cl.n, cursor, resp.Status, b)
+			return
+		}
+		scan(resp, func(ev sse.Event) bool {
+			if ev.ID != "" {
+				cur, err := cl.k.codec.Parse(ev.ID)
+				if err != nil {
+					cl.v.addf("standalone s%d: event ID %q: %v", cl.n, ev.ID, err)
+					return true
+				}
+				if prev, dup := cl.k.ids.note(ev.ID, fmt.Sprintf("standalone s%d: %s", cl.n, ev.Data)); dup && len(ev.Data) > 0 {
+					cl.v.addf("standalone s%d: event ID %s delivered twice: first as %q, now %q", cl.n, ev.ID, prev, ev.Data)
+				}
+				cursor, stream = ev.ID, cur.Stream.String()
+			}
+			if len(ev.Data) == 0 {
+				return true
+			}
+			var r resetMsg
+			if ev.Type != resume.EventReset || json.Unmarshal(ev.Data, &r) != nil || r.Reason != resume.ReasonGenerationChanged || r.Stream != stream {
+				cl.v.addf("standalone s%d: unexpected event on a stream with cursor on %s: id %q type %q %q", cl.n, stream, ev.ID, ev.Type, ev.Data)
+			}
+			*resets++
+			return true
+		})
+		resp.Body.Close()
+	}
+}
+
+// TestReplicasFailover runs three replicas on one Redis behind a
+// round-robin proxy while eight sessions stream long tool calls, cut their
+// own streams at random and resume them through the proxy (so on any
+// replica), and replicas are killed with SIGKILL and restarted every few
+// seconds for 30 s. Checked: no event reaches another session; no progress
+// value is skipped without a reset; no event ID arrives twice or names two
+// events; every call ends with its result or -32001; no session is
+// answered 404 because a replica died; nothing hangs; and what each client
+// received equals what the shared log holds.
+func TestReplicasFailover(t *testing.T) {
+	needBinary(t)
+	const (
+		replicas = 3
+		sessions = 8
+		chaos    = 30 * time.Second
+	)
+	seed := *seedFlag
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("seed %d (repeat with -crashtest.seed)", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	rs := newReplicaSet(t, replicas, redistest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), chaos+90*time.Second)
+	defer cancel()
+	st, err := redisstore.Open(ctx, redisstore.Options{URL: rs.redis.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	secret, err := st.LoadOrCreateSecret(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	codec, err := resume.NewCodec(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	v := &violations{}
+	ids := &idBook{}
+	clients := make([]*replicaClient, sessions)
+	for i := range clients {
+		sid, err := initialize(ctx, rs.url())
+		if err != nil {
+			t.Fatalf("session %d: %v", i, err)
+		}
+		clients[i] = &replicaClient{n: i, url: rs.url(), sid: sid, rng: rand.New(rand.NewPCG(seed, uint64(i+2))), v: v,
+			k: &checker{codec: codec, ids: ids, v: v, sid: sid, data: map[string]string{}}}
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, cl := range clients {
+		wg.Add(1)
+		go func() { defer wg.Done(); cl.run(ctx, stop) }()
+	}
+	lctx, lcancel := context.WithCancel(ctx)
+	var lwg sync.WaitGroup
+	standaloneResets := make([]int, sessions)
+	for i, cl := range clients {
+		lwg.Add(1)
+		go func() { defer lwg.Done(); cl.listen(lctx, &standaloneResets[i]) }()
+	}
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+
+	kills := 0
+	for end := time.Now().Add(chaos); time.Now().Before(end); {
+		select {
+		case <-time.After(time.Duration(1500+rng.IntN(2001)) * time.Millisecond):
+		case <-finished:
+			t.Fatal("every client stopped during the chaos")
+		}
+		p := rs.procs[rng.IntN(len(rs.procs))]
+		p.kill()
+		kills++
+		time.Sleep(time.Duration(200+rng.IntN(600)) * time.Millisecond)
+		p.start()
+	}
+	close(stop)
+	select {
+	case <-finished:
+	case <-ctx.Done():
+		v.report(t)
+		t.Fatal("clients did not finish their calls in time")
+	}
+	lcancel()
+	lwg.Wait()
+
+	var all []*call
+	n := map[string]int{}
+	for _, cl := range clients {
+		audit(ctx, st, cl.sid, cl.calls, v)
+		all = append(all, cl.calls...)
+		n["client cuts"] += cl.cuts
+		n["503/502 waited out"] += cl.waits
+		rec, err := st.Session(ctx, cl.sid)
+		if err != nil {
+			v.addf("session %d: %v", cl.n, err)
+		} else if rec.Incarnation > 1 {
+			n["sessions re-homed"]++
+		}
+	}
+	v.report(t)
+	for k, c := range countOutcomes(all) {
+		n[k] = c
+	}
+	for _, r := range standaloneResets {
+		n["standalone resets"] += r
+	}
+	t.Logf("%d kills in %v, %d calls: %v; %d event IDs delivered", kills, chaos, len(all), n, len(ids.seen))
+	if n["result"] == 0 || n["lost"] == 0 || n["resume 200"] == 0 || n["sessions re-homed"] == 0 {
+		t.Errorf("the run did not exercise results, losses, resumes and re-homing: %v", n)
+	}
+}
+
+// TestReplicasZombie pauses (SIGSTOP) the replica that owns a session in
+// the middle of a call, past its lease; another replica takes the session
+// over when the client resumes there, and seals the call (backend_lost,
+// -32001). Then the paused replica wakes up (SIGCONT): it must not append
+// to the session's log, deliver or answer for it. Its next request is
+// forwarded to the new owner.
+func TestReplicasZombie(t *testing.T) {
+	needBinary(t)
+	rs := newReplicaSet(t, 2, redistest.Options{})
+	a, b := rs.procs[0], rs.procs[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st, err := redisstore.Open(ctx, redisstore.Options{URL: rs.redis.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	secret, _ := st.LoadOrCreateSecret(ctx)
+	codec, _ := resume.NewCodec(secret)
+	v := &violations{}
+	k := &checker{codec: codec, ids: &idBook{}, v: v, data: map[string]string{}}
+
+	sid, err := initialize(ctx, a.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.sid = sid
+	c := &call{name: "zombie-call", count: 400}
+	resp, err := do(ctx, a.url(), http.MethodPost, sessionHeaders(sid, ""), callBody(c.name, c.name, c.count, 20))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST to the owner: %v %v", resp, err)
+	}
+	n := 0
+	scan(resp, func(ev sse.Event) bool { k.handle(c, ev); n++; return n < 6 })
+	resp.Body.Close()
+
+	// Pause the owner past its lease.
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	paused := true
+	defer func() {
+		if paused {
+			a.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}()
+	time.Sleep(replicaLease + 500*time.Millisecond)
+
+	// The client resumes on the other replica: it takes the session over
+	// and seals the call the paused owner was running.
+	resp, err = do(ctx, b.url(), http.MethodGet, sessionHeaders(sid, c.cursor), "")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("resume on the other replica: %v %v", resp, err)
+	}
+	scan(resp, func(ev sse.Event) bool { k.handle(c, ev); return true })
+	resp.Body.Close()
+	if c.outcome != "lost" || !c.lostReset {
+		t.Fatalf("after the takeover the call ended %q (backend_lost reset %v), want lost", c.outcome, c.lostReset)
+	}
+	sealed, evs, err := readLog(ctx, st, c.key)
+	if err != nil || !sealed.Terminal {
+		t.Fatalf("the call's stream after the seal: %+v %v", sealed, err)
+	}
+
+	// Wake the zombie and give it time to try.
+	a.cmd.Process.Signal(syscall.SIGCONT)
+	paused = false
+	time.Sleep(time.Second)
+	after, evs2, err := readLog(ctx, st, c.key)
+	if err != nil || after.LastSeq != sealed.LastSeq || len(evs2) != len(evs) {
+		t.Errorf("the zombie wrote to the sealed stream: before %+v (%d events), after %+v (%d events), %v", sealed, len(evs), after, len(evs2), err)
+	}
+	sess, err := st.Session(ctx, sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	streams, _ := st.Streams(ctx, sid)
+	for _, s := range streams {
+		if s.Generation == 1 && !s.Terminal {
+			// Only a stream nobody has resumed since may be left unsealed
+			// (the old standalone stream is sealed at takeover).
+			t.Errorf("a stream of the zombie's generation is still open: %+v", s)
+		}
+	}
+
+	// The zombie's next request for the session is the new owner's.
+	c2 := &call{name: "after-wake", count: 3}
+	resp, err = do(ctx, a.url(), http.MethodPost, sessionHeaders(sid, ""), callBody(c2.name, c2.name, c2.count, 0))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST to the woken zombie: %v %v", resp, err)
+	}
+	scan(resp, func(ev sse.Event) bool { k.handle(c2, ev); return true })
+	resp.Body.Close()
+	if c2.outcome != "result" || c2.gen != sess.Incarnation {
+		t.Errorf("POST to the woken zombie ended %q in generation %d, want a result in the new owner's generation %d", c2.outcome, c2.gen, sess.Incarnation)
+	}
+	if h, _, err := st.Holder(ctx, sid); err != nil || !strings.HasPrefix(h.Owner, b.url()+"#") {
+		t.Errorf("lease holder %+v (%v), want %s", h, err, b.url())
+	}
+	v.report(t)
+	logs := a.logText()
+	if !strings.Contains(logs, "no longer served here") {
+		t.Errorf("the zombie did not say it stopped serving the session; its log:\n%s", logs)
+	}
+}

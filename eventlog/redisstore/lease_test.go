@@ -1,0 +1,273 @@
+package redisstore_test
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcprelay/mcprelay/eventlog"
+	"github.com/mcprelay/mcprelay/eventlog/redisstore"
+	"github.com/mcprelay/mcprelay/eventlog/redisstore/redistest"
+)
+
+// pair opens two stores (two replicas) on one server and prefix.
+func pair(t *testing.T, srv *redistest.Server) (a, b *redisstore.Store) {
+	p := freshPrefix()
+	return open(t, srv, redisstore.Options{Prefix: p}), open(t, srv, redisstore.Options{Prefix: p})
+}
+
+func mustCreate(t *testing.T, st *redisstore.Store, sid, key string) {
+	t.Helper()
+	if err := st.CreateSession(t.Context(), &eventlog.Session{ID: sid, Incarnation: 1}); err != nil {
+		t.Fatalf("CreateSession: %v", err)
+	}
+	if err := st.CreateStream(t.Context(), &eventlog.Stream{Key: key, Session: sid, Generation: 1}); err != nil {
+		t.Fatalf("CreateStream: %v", err)
+	}
+}
+
+func TestLeaseHeld(t *testing.T) {
+	srv := redistest.Start(t)
+	a, b := pair(t, srv)
+	ctx := t.Context()
+	la, err := a.AcquireLease(ctx, "s1", "http://a", time.Minute)
+	if err != nil || la.Owner != "http://a" || la.Token == 0 {
+		t.Fatalf("AcquireLease(a) = %+v, %v", la, err)
+	}
+	_, err = b.AcquireLease(ctx, "s1", "http://b", time.Minute)
+	var held *redisstore.HeldError
+	if !errors.Is(err, redisstore.ErrLeaseHeld) || !errors.As(err, &held) {
+		t.Fatalf("AcquireLease(b) = %v, want a *HeldError wrapping ErrLeaseHeld", err)
+	}
+	if held.Holder != la || held.TTL <= 0 || held.TTL > time.Minute {
+		t.Errorf("HeldError = %+v, want holder %+v with a TTL in (0, 1m]", held, la)
+	}
+	again, err := b.AcquireLease(ctx, "s1", "http://a", time.Minute) // the same owner, e.g. after a restart
+	if err != nil || again != la {
+		t.Errorf("AcquireLease by the holder = %+v, %v; want %+v", again, err, la)
+	}
+	h, ttl, err := b.Holder(ctx, "s1")
+	if err != nil || h != la || ttl <= 0 {
+		t.Errorf("Holder = %+v, %v, %v; want %+v", h, ttl, err, la)
+	}
+	if _, _, err := b.Holder(ctx, "s2"); !errors.Is(err, redisstore.ErrNoLease) {
+		t.Errorf("Holder of an unleased session: %v, want ErrNoLease", err)
+	}
+	if err := b.ReleaseLease(ctx, "s1", redisstore.Lease{Owner: "http://b", Token: la.Token}); !errors.Is(err, redisstore.ErrLeaseLost) {
+		t.Errorf("ReleaseLease by a non-holder: %v, want ErrLeaseLost", err)
+	}
+	if err := a.ReleaseLease(ctx, "s1", la); err != nil {
+		t.Fatalf("ReleaseLease: %v", err)
+	}
+	if lb, err := b.AcquireLease(ctx, "s1", "http://b", time.Minute); err != nil || lb.Token <= la.Token {
+		t.Errorf("AcquireLease after release = %+v, %v; want a token above %d", lb, err, la.Token)
+	}
+}
+
+// TestLeaseZombieFenced: a store whose lease expired and was taken over
+// cannot write to the session any more, even though its lease simply ran
+// out; the new holder can.
+func TestLeaseZombieFenced(t *testing.T) {
+	srv := redistest.Start(t)
+	a, b := pair(t, srv)
+	ctx := t.Context()
+	la, err := a.AcquireLease(ctx, "s1", "http://a", 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, a, "s1", "k")
+	if _, err := a.Append(ctx, "k", false, eventlog.Event{Data: []byte("1")}); err != nil {
+		t.Fatalf("Append by the holder: %v", err)
+	}
+	// Without the token, b is fenced already.
+	if _, err := b.Append(ctx, "k", false, eventlog.Event{Data: []byte("b")}); !errors.Is(err, eventlog.ErrFenced) {
+		t.Fatalf("Append without the token: %v, want ErrFenced", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, _, err := b.Holder(ctx, "s1")
+		if errors.Is(err, redisstore.ErrNoLease) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lease did not expire: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	lb, err := b.AcquireLease(ctx, "s1", "http://b", time.Minute)
+	if err != nil || lb.Token <= la.Token {
+		t.Fatalf("takeover = %+v, %v; want a token above %d", lb, err, la.Token)
+	}
+	zombie := []struct {
+		name string
+		op   func() error
+	}{
+		{"Append", func() error { _, err := a.Append(ctx, "k", false, eventlog.Event{Data: []byte("z")}); return err }},
+		{"terminal Append", func() error { _, err := a.Append(ctx, "k", true, eventlog.Event{Data: []byte("z")}); return err }},
+		{"UpdateSession", func() error { return a.UpdateSession(ctx, &eventlog.Session{ID: "s1", Incarnation: 9}) }},
+		{"CreateStream", func() error {
+			return a.CreateStream(ctx, &eventlog.Stream{Key: "k2", Session: "s1", Generation: 1})
+		}},
+	}
+	for _, z := range zombie {
+		if err := z.op(); !errors.Is(err, eventlog.ErrFenced) {
+			t.Errorf("zombie %s: %v, want ErrFenced", z.name, err)
+		}
+	}
+	if err := a.RenewLease(ctx, "s1", la, time.Minute); !errors.Is(err, redisstore.ErrLeaseLost) {
+		t.Errorf("RenewLease after expiry and takeover: %v, want ErrLeaseLost", err)
+	}
+	if _, err := a.Append(ctx, "k", false, eventlog.Event{Data: []byte("z")}); !errors.Is(err, eventlog.ErrFenced) {
+		t.Errorf("zombie Append after its failed renewal: %v, want ErrFenced", err)
+	}
+	if last, err := b.Append(ctx, "k", false, eventlog.Event{Data: []byte("2")}); err != nil || last != 2 {
+		t.Errorf("Append by the new holder = %d, %v; want 2", last, err)
+	}
+	// A session leased before it exists is created by its holder only.
+	if _, err := b.AcquireLease(ctx, "s9", "http://b", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.CreateSession(ctx, &eventlog.Session{ID: "s9", Incarnation: 1}); !errors.Is(err, eventlog.ErrFenced) {
+		t.Errorf("CreateSession of a session leased by another: %v, want ErrFenced", err)
+	}
+	if err := b.CreateSession(ctx, &eventlog.Session{ID: "s9", Incarnation: 1}); err != nil {
+		t.Errorf("CreateSession by the holder: %v", err)
+	}
+	if _, _, err := a.Read(ctx, "k2", 0, 10, nil); !errors.Is(err, eventlog.ErrNotFound) {
+		t.Errorf("the fenced CreateStream left a stream behind: %v", err)
+	}
+	sess, err := b.Session(ctx, "s1")
+	if err != nil || sess.Incarnation != 1 {
+		t.Errorf("Session after the fenced update = %+v, %v; want incarnation 1", sess, err)
+	}
+	_, evs, err := b.Read(ctx, "k", 0, 10, nil)
+	if err != nil || len(evs) != 2 || string(evs[0].Data) != "1" || string(evs[1].Data) != "2" {
+		t.Errorf("Read = %v, %v; want the holders' events 1 and 2 only", evs, err)
+	}
+}
+
+func TestLeaseConcurrentAcquire(t *testing.T) {
+	srv := redistest.Start(t)
+	const n = 8
+	p := freshPrefix()
+	stores := make([]*redisstore.Store, n)
+	for i := range stores {
+		stores[i] = open(t, srv, redisstore.Options{Prefix: p})
+	}
+	for round := range 5 {
+		sid := fmt.Sprint("s", round)
+		var (
+			wg      sync.WaitGroup
+			mu      sync.Mutex
+			winners []redisstore.Lease
+			holders []redisstore.Lease
+		)
+		start := make(chan struct{})
+		for i, st := range stores {
+			wg.Go(func() {
+				<-start
+				l, err := st.AcquireLease(t.Context(), sid, fmt.Sprint("http://r", i), time.Minute)
+				mu.Lock()
+				defer mu.Unlock()
+				var held *redisstore.HeldError
+				switch {
+				case err == nil:
+					winners = append(winners, l)
+				case errors.As(err, &held):
+					holders = append(holders, held.Holder)
+				default:
+					t.Errorf("AcquireLease: %v", err)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if len(winners) != 1 {
+			t.Fatalf("round %d: %d winners %v, want exactly 1", round, len(winners), winners)
+		}
+		for _, h := range holders {
+			if h != winners[0] {
+				t.Errorf("round %d: a loser was told the holder is %+v, the winner is %+v", round, h, winners[0])
+			}
+		}
+	}
+}
+
+func TestLeaseTokensGrow(t *testing.T) {
+	srv := redistest.Start(t)
+	a, b := pair(t, srv)
+	ctx := t.Context()
+	var last uint64
+	for i := range 10 {
+		st, owner := a, "http://a"
+		if i%2 == 1 {
+			st, owner = b, "http://b"
+		}
+		l, err := st.AcquireLease(ctx, "s1", owner, time.Minute)
+		if err != nil {
+			t.Fatalf("cycle %d: AcquireLease: %v", i, err)
+		}
+		if l.Token <= last {
+			t.Fatalf("cycle %d: token %d after %d, want strictly growing", i, l.Token, last)
+		}
+		last = l.Token
+		if err := st.RenewLease(ctx, "s1", l, time.Minute); err != nil {
+			t.Fatalf("cycle %d: RenewLease: %v", i, err)
+		}
+		if err := st.ReleaseLease(ctx, "s1", l); err != nil {
+			t.Fatalf("cycle %d: ReleaseLease: %v", i, err)
+		}
+		if _, _, err := st.Holder(ctx, "s1"); !errors.Is(err, redisstore.ErrNoLease) {
+			t.Fatalf("cycle %d: Holder after release: %v, want ErrNoLease", i, err)
+		}
+	}
+}
+
+// TestLeaseRenewAfterExpiry: a lease that ran out but that nobody took
+// over is renewed, and its holder keeps writing.
+func TestLeaseRenewAfterExpiry(t *testing.T) {
+	srv := redistest.Start(t)
+	a, _ := pair(t, srv)
+	ctx := t.Context()
+	l, err := a.AcquireLease(ctx, "s1", "http://a", 20*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, a, "s1", "k")
+	time.Sleep(100 * time.Millisecond)
+	if _, _, err := a.Holder(ctx, "s1"); !errors.Is(err, redisstore.ErrNoLease) {
+		t.Fatalf("Holder after expiry: %v, want ErrNoLease", err)
+	}
+	if err := a.RenewLease(ctx, "s1", l, time.Minute); err != nil {
+		t.Fatalf("RenewLease after expiry without takeover: %v", err)
+	}
+	if h, _, err := a.Holder(ctx, "s1"); err != nil || h != l {
+		t.Errorf("Holder after renewal = %+v, %v; want %+v", h, err, l)
+	}
+	if _, err := a.Append(ctx, "k", false, eventlog.Event{Data: []byte("x")}); err != nil {
+		t.Errorf("Append after renewal: %v", err)
+	}
+}
+
+// TestDeleteSessionUnfenced: any store may delete a leased session, and
+// the session's lease goes with it.
+func TestDeleteSessionUnfenced(t *testing.T) {
+	srv := redistest.Start(t)
+	a, b := pair(t, srv)
+	ctx := t.Context()
+	if _, err := a.AcquireLease(ctx, "s1", "http://a", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, a, "s1", "k")
+	if err := b.DeleteSession(ctx, "s1"); err != nil {
+		t.Fatalf("DeleteSession by a non-holder: %v", err)
+	}
+	if _, _, err := b.Holder(ctx, "s1"); !errors.Is(err, redisstore.ErrNoLease) {
+		t.Errorf("Holder after DeleteSession: %v, want ErrNoLease", err)
+	}
+	if _, _, err := a.Read(ctx, "k", 0, 1, nil); !errors.Is(err, eventlog.ErrNotFound) {
+		t.Errorf("Read after DeleteSession: %v, want ErrNotFound", err)
+	}
+}

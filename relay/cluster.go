@@ -1,0 +1,253 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"time"
+
+	"github.com/mcprelay/mcprelay/eventlog"
+	"github.com/mcprelay/mcprelay/resume"
+)
+
+// Cluster lets several relay replicas serve the same sessions: their Store
+// is shared, and a Cluster says which replica owns each session's backend
+// side. The owner holds a lease with a fencing token; the shared store
+// refuses writes for a session from a replica whose token is stale, so a
+// replica that lost its lease (paused, partitioned) can never append.
+// Implementations are safe for concurrent use.
+type Cluster interface {
+	// Self is the URL at which other replicas reach this replica's MCP
+	// endpoint (for example "http://10.0.0.5:8080/mcp").
+	Self() string
+
+	// Acquire takes the session's lease for Self with a new, higher
+	// fencing token, if nobody else holds an unexpired lease. Otherwise it
+	// returns an error wrapping *LeaseHeldError naming the holder.
+	Acquire(ctx context.Context, session string, ttl time.Duration) (Lease, error)
+
+	// Renew extends a lease l holds; an error wrapping ErrLeaseLost if l
+	// is no longer the holder.
+	Renew(ctx context.Context, session string, l Lease, ttl time.Duration) error
+
+	// Release gives the lease up, so that the next request re-homes the
+	// session at once.
+	Release(ctx context.Context, session string, l Lease) error
+
+	// Watch returns a channel that receives a value (coalesced, never
+	// blocking the sender) after events are appended to the stream with
+	// this key by any replica, and a function that stops the watch. A
+	// missed notification only delays: watchers re-read the log
+	// periodically.
+	Watch(key string) (wake <-chan struct{}, stop func())
+}
+
+// Lease is a replica's claim on a session.
+type Lease struct {
+	Owner string // the owner's Cluster.Self
+	Token uint64 // fencing token: grows with every acquisition
+}
+
+// ErrLeaseLost reports that a lease is no longer held.
+var ErrLeaseLost = errors.New("relay: lease lost")
+
+// LeaseHeldError reports that another replica holds a session's lease.
+type LeaseHeldError struct {
+	Holder Lease
+}
+
+func (e *LeaseHeldError) Error() string {
+	return fmt.Sprintf("relay: session owned by %s (token %d)", e.Holder.Owner, e.Holder.Token)
+}
+
+// Lease timing. The owner renews every leaseTTL/3; it stops serving a
+// session on its own once leaseTTL minus leaseMargin has passed since its
+// last successful renewal began, before any other replica may take it.
+const (
+	defaultLeaseTTL = 2 * time.Second
+	leaseMargin     = 300 * time.Millisecond
+	// remotePoll bounds how long a reader on a replica that does not own
+	// the stream waits before it re-reads the log, should a notification
+	// be missed.
+	remotePoll = time.Second
+)
+
+// leaseValid reports whether this replica may still act for s.
+func (s *session) leaseValid() bool {
+	return time.Now().UnixNano() < s.leaseUntil.Load()
+}
+
+// takeLease acquires s's lease for this replica. It returns a
+// *LeaseHeldError if another replica holds it.
+func (h *Handler) takeLease(ctx context.Context, s *session) error {
+	start := time.Now()
+	l, err := h.cluster.Acquire(ctx, s.id, h.leaseTTL)
+	if err != nil {
+		return err
+	}
+	s.lease = l
+	s.leaseUntil.Store(start.Add(h.leaseTTL - leaseMargin).UnixNano())
+	return nil
+}
+
+// leaseKeeper renews the leases of the sessions this replica owns, and
+// lets go of those it can no longer renew: their backend side stops here,
+// and the next request re-homes them.
+func (h *Handler) leaseKeeper() {
+	defer close(h.keeperDone)
+	t := time.NewTicker(h.leaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.ctx.Done():
+			return
+		case <-t.C:
+		}
+		h.mu.Lock()
+		owned := make([]*session, 0, len(h.sessions))
+		for _, s := range h.sessions {
+			owned = append(owned, s)
+		}
+		h.mu.Unlock()
+		for _, s := range owned {
+			if !s.leaseValid() {
+				h.dropLocal(s, "lease expired before it could be renewed")
+				continue
+			}
+			start := time.Now()
+			ctx, cancel := context.WithTimeout(h.ctx, h.leaseTTL/3)
+			err := h.cluster.Renew(ctx, s.id, s.lease, h.leaseTTL)
+			cancel()
+			switch {
+			case err == nil:
+				s.leaseUntil.Store(start.Add(h.leaseTTL - leaseMargin).UnixNano())
+			case errors.Is(err, ErrLeaseLost):
+				h.dropLocal(s, "lease lost to another replica")
+			default:
+				h.log.Warn("renewing a session lease", logSession, s.id, "err", err)
+			}
+		}
+	}
+}
+
+// dropLocal stops serving s on this replica without ending the session:
+// its calls stop, its clients' connections close (they resume elsewhere),
+// its backend side is closed. The store keeps the session; its owner from
+// now on seals what this replica left unfinished.
+func (h *Handler) dropLocal(s *session, why string) {
+	sts, bs, ok := h.detachSession(s)
+	if !ok {
+		return
+	}
+	kickAll(sts, true)
+	if bs != nil {
+		go bs.Close()
+	}
+	h.counts.add("dropped")
+	h.log.Warn("session no longer served here", logSession, s.id, logReason, why)
+}
+
+// releaseAll drains and then gives up every lease this replica holds (on
+// SIGTERM), so that a rolling restart re-homes sessions at once: calls in
+// flight get until ctx is done to finish; what is left is sealed by the
+// next owner (reset and -32001).
+func (h *Handler) releaseAll(ctx context.Context) {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		h.mu.Lock()
+		busy := 0
+		for _, s := range h.sessions {
+			s.mu.Lock()
+			busy += len(s.inflight)
+			s.mu.Unlock()
+		}
+		h.mu.Unlock()
+		if busy == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+			continue
+		}
+		break
+	}
+	h.mu.Lock()
+	owned := make([]*session, 0, len(h.sessions))
+	for _, s := range h.sessions {
+		owned = append(owned, s)
+	}
+	h.mu.Unlock()
+	for _, s := range owned {
+		h.dropLocal(s, "replica shutting down")
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		if err := h.cluster.Release(rctx, s.id, s.lease); err != nil {
+			h.log.Warn("releasing a session lease", logSession, s.id, "err", err)
+		}
+		cancel()
+	}
+}
+
+// remoteView returns a read-only view of a session another replica owns:
+// enough to decide resumes and to serve streams from the shared log. It
+// returns nil, nil if the session has no current standalone stream yet.
+func (h *Handler) remoteView(ctx context.Context, rec *eventlog.Session, owner string) (*session, error) {
+	s := &session{
+		id:          rec.ID,
+		principal:   rec.Principal,
+		version:     rec.ProtocolVersion,
+		incarnation: rec.Incarnation,
+		owner:       owner,
+	}
+	sts, err := h.store.Streams(ctx, rec.ID)
+	if err != nil {
+		return nil, fmt.Errorf("%w: event log: %w", errUnavailable, err)
+	}
+	for _, r := range sts {
+		if r.RequestID == nil && r.Generation == rec.Incarnation && !r.Terminal {
+			key, err := resume.ParseStreamKey(r.Key)
+			if err != nil {
+				continue
+			}
+			// A GET without a cursor starts after what the log holds: this
+			// replica cannot know what the owner already delivered.
+			s.standalone = &stream{key: key, skey: r.Key, sess: s, gen: r.Generation, standalone: true, delivered: r.LastSeq}
+		}
+	}
+	if s.standalone == nil {
+		return nil, fmt.Errorf("%w: the session is being re-created by its owner", errUnavailable)
+	}
+	return s, nil
+}
+
+// waitRemote waits for events of a stream this replica does not write:
+// a notification from the cluster, or remotePoll (idle). goOn is false
+// when the connection must end (ok false: the client is gone; true:
+// shutdown or poll, retry sent).
+func (h *Handler) waitRemote(ctx context.Context, c *sseConn, p resume.Plan, cursor uint64, wake <-chan struct{}, pollC <-chan time.Time) (goOn, ok, idle bool) {
+	t := time.NewTimer(remotePoll)
+	defer t.Stop()
+	select {
+	case <-wake:
+	case <-t.C:
+		return true, true, true
+	case <-ctx.Done():
+		return false, false, false
+	case <-h.shutdown:
+		c.retry(p.Stream, p.Generation, cursor, max(h.opts.PollInterval, time.Second))
+		return false, true, false
+	case <-pollC:
+		c.retry(p.Stream, p.Generation, cursor, h.opts.PollInterval)
+		return false, true, false
+	}
+	return true, true, false
+}
+
+// retryAfter answers a request the owner cannot take right now.
+func retryAfter(w http.ResponseWriter, d time.Duration, msg string) {
+	w.Header().Set("Retry-After", fmt.Sprint(max(1, int(math.Ceil(d.Seconds())))))
+	httpError(w, http.StatusServiceUnavailable, "Service Unavailable: "+msg+"; retry")
+}

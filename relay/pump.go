@@ -1,0 +1,190 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+
+	"github.com/mcprelay/mcprelay/backend"
+	"github.com/mcprelay/mcprelay/eventlog"
+	"github.com/mcprelay/mcprelay/resume"
+)
+
+// pumpBatch bounds how many backend messages one Append carries.
+const pumpBatch = 128
+
+// routed is one backend message with the ids of the responses it holds.
+type routed struct {
+	data []byte
+	ids  []json.RawMessage
+}
+
+// pumpRequest moves one call's reply into its stream's log until the
+// responses to all its requests. A reader goroutine takes messages from
+// the backend while this one appends: messages that arrive while an Append
+// (and its fsync) is under way go together into the next one, so a stream
+// is not held to one fsync per event. Disconnection of the client does not
+// stop it (legacy era: only notifications/cancelled cancels).
+func (h *Handler) pumpRequest(ctx context.Context, st *stream, rep backend.Reply) {
+	defer rep.Close()
+	ch := make(chan routed, pumpBatch)
+	var rerr error
+	go func() {
+		defer close(ch)
+		rerr = h.readReply(ctx, st, rep, ch)
+	}()
+	batch := make([]eventlog.Event, 0, pumpBatch)
+	var ids [][]json.RawMessage
+	for m := range ch {
+		batch = append(batch[:0], eventlog.Event{Data: m.data})
+		ids = append(ids[:0], m.ids)
+	drain:
+		for len(batch) < pumpBatch {
+			select {
+			case m, ok := <-ch:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, eventlog.Event{Data: m.data})
+				ids = append(ids, m.ids)
+			default:
+				break drain
+			}
+		}
+		if st.isDone() {
+			break
+		}
+		h.deliverBatch(st, batch, ids)
+	}
+	rep.Close() // unblocks a reader waiting for more
+	for range ch {
+	}
+	// The reader has finished: rerr is set.
+	if st.isDone() || ctx.Err() != nil {
+		return
+	}
+	if st.isCancelled() {
+		h.loseStream(st, resume.ReasonCancelled, "request cancelled")
+		return
+	}
+	if errors.Is(rerr, backend.ErrSessionLost) {
+		h.reincarnate(st.sess, st.gen) // seals st
+		h.loseStream(st, resume.ReasonBackendLost, "mcprelay: request lost: the backend session was lost")
+		return
+	}
+	h.log.Warn("backend reply ended before its response", logSession, st.sess.id, logStream, st.skey, "err", rerr)
+	h.loseStream(st, resume.ReasonBackendLost, "mcprelay: request lost: the backend's stream ended before its response")
+}
+
+// readReply reads the reply until the responses to all of the stream's
+// pending requests have been read, relating each message to the ids it
+// answers (once per event, here, not again by the appender). A Poll from
+// the backend is carried to the client's connection.
+func (h *Handler) readReply(ctx context.Context, st *stream, rep backend.Reply, ch chan<- routed) error {
+	st.mu.Lock()
+	want := make(map[string]bool, len(st.pending))
+	for id := range st.pending {
+		want[id] = true
+	}
+	st.mu.Unlock()
+	for len(want) > 0 {
+		data, err := rep.Next()
+		var poll *backend.Poll
+		switch {
+		case errors.As(err, &poll):
+			st.pollConn(poll.Retry)
+			continue
+		case errors.Is(err, io.EOF):
+			return io.ErrUnexpectedEOF // the backend has nothing more, and a response is missing
+		case err != nil:
+			return err
+		}
+		ids := responseIDs(data, nil)
+		for _, id := range ids {
+			delete(want, string(id))
+		}
+		select {
+		case ch <- routed{data: data, ids: ids}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// deliverBatch appends backend messages to a request stream in one Append
+// (one fsync with a durable store); ids[i] are the response ids in
+// evs[i]. The response completing the stream's pending ids carries the
+// terminal marker; anything after it is dropped. It reports whether the
+// stream is now terminal.
+func (h *Handler) deliverBatch(st *stream, evs []eventlog.Event, ids [][]json.RawMessage) bool {
+	terminal := false
+	for i := range evs {
+		if len(ids[i]) == 0 {
+			continue
+		}
+		st.mu.Lock()
+		for _, id := range ids[i] {
+			delete(st.pending, string(id))
+		}
+		terminal = !st.standalone && len(st.pending) == 0
+		st.mu.Unlock()
+		if terminal {
+			evs = evs[:i+1]
+			break
+		}
+	}
+	h.appendEvents(st, terminal, evs...)
+	return terminal
+}
+
+// routeUnrelated logs a message that incarnation gen's backend sent outside
+// any call: a response to an in-flight request (a backend may answer on
+// its GET stream) goes to that request's stream, the rest to the session's
+// standalone stream. A message of an incarnation that is no longer current
+// is dropped: its streams are sealed.
+func (h *Handler) routeUnrelated(s *session, gen uint64, data []byte) {
+	s.mu.Lock()
+	current := s.incarnation == gen && !s.closed
+	s.mu.Unlock()
+	if !current {
+		return
+	}
+	if ids := responseIDs(data, nil); len(ids) == 1 {
+		s.mu.Lock()
+		var target *stream
+		for st := range s.inflight {
+			st.mu.Lock()
+			_, ok := st.pending[string(ids[0])]
+			st.mu.Unlock()
+			if ok {
+				target = st
+				break
+			}
+		}
+		s.mu.Unlock()
+		if target != nil {
+			h.deliverBatch(target, []eventlog.Event{{Data: data}}, [][]json.RawMessage{ids})
+			return
+		}
+	}
+	s.mu.Lock()
+	st := s.standalone
+	s.mu.Unlock()
+	if st != nil {
+		h.appendEvents(st, false, eventlog.Event{Data: data})
+	}
+}
+
+func (st *stream) isDone() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.done
+}
+
+func (st *stream) isCancelled() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.cancelled
+}
