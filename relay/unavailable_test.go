@@ -51,7 +51,7 @@ func (f *failingStore) Append(ctx context.Context, key string, terminal bool, ev
 // (eventlog.ErrUnavailable: a full disk), a new session or a new call is
 // answered 503 with Retry-After, so the client retries, not 500.
 func TestStoreUnavailableIs503(t *testing.T) {
-	t.Skip("needs the relay change: map errors wrapping eventlog.ErrUnavailable from CreateSession/CreateStream/Append to writeUnavailable (503 + Retry-After) in relay/post.go (createSession's caller, the newStream error in the POST path) and relay/get.go")
+	t.Skip("needs the relay change: answer errors wrapping eventlog.ErrUnavailable with writeUnavailable (503 + Retry-After) where post.go now answers 500 -32603: after createSession (initialize) and after newStream (a request)")
 	store := &failingStore{Store: eventlog.NewMemory(eventlog.Retention{})}
 	e := newEnv(t, relay.Options{Store: store, Secret: testSecret})
 	s := e.initialize("2025-11-25", "")
