@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -58,14 +59,18 @@ func TestSessionChurnProcess(t *testing.T) {
 	if os.Getenv("MCPRELAY_CHURN") == "" {
 		t.Skip("a measurement (minutes): set MCPRELAY_CHURN=1 (and MCPRELAY_CHURN_ARGS for more serve flags)")
 	}
-	const rounds, perRound = 4, 2500
+	const perRound = 2500
+	rounds := 4
+	if n, err := strconv.Atoi(os.Getenv("MCPRELAY_CHURN_ROUNDS")); err == nil && n > 0 {
+		rounds = n
+	}
 	p := newRelay(t)
 	if extra := os.Getenv("MCPRELAY_CHURN_ARGS"); extra != "" { // e.g. "--sync none" or "--store memory"
 		p.kill()
 		p.args = append(p.args, strings.Fields(extra)...)
 		p.start()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rounds)*2*time.Minute)
 	defer cancel()
 	for r := range rounds {
 		for i := range perRound {
