@@ -19,4 +19,9 @@
 // bound; and, audited from the event log on disk after the last kill, each
 // client received exactly what the log holds for its streams, so nothing
 // durable was lost and nothing undurable was shown (--sync always).
+//
+// TestCrashSeqsNeverReused runs under each --sync policy: whatever a kill
+// loses under interval or none, no event ID a client received may come to
+// name another event, and a resume with the client's real last cursor is
+// answered with the lost call's reset and error, never a 400.
 package crashtest

@@ -79,8 +79,15 @@ type relayProc struct {
 	changed chan struct{} // closed and replaced when epoch grows
 }
 
-// newRelay starts the relay on a free loopback port with a fresh data dir.
+// newRelay starts the relay on a free loopback port with a fresh data dir
+// and --sync always.
 func newRelay(t *testing.T) *relayProc {
+	t.Helper()
+	return newRelaySync(t, "always")
+}
+
+// newRelaySync is newRelay with the given --sync policy.
+func newRelaySync(t *testing.T, sync string) *relayProc {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -90,7 +97,7 @@ func newRelay(t *testing.T) *relayProc {
 	ln.Close()
 	tmp := t.TempDir()
 	p := &relayProc{t: t, name: "relay", addr: addr, dataDir: filepath.Join(tmp, "data"), logDir: tmp, changed: make(chan struct{})}
-	p.args = []string{"--data-dir", p.dataDir, "--sync", "always", "--log-level", "warn"}
+	p.args = []string{"--data-dir", p.dataDir, "--sync", sync, "--log-level", "warn"}
 	t.Cleanup(func() {
 		p.kill()
 		if t.Failed() {

@@ -12,6 +12,10 @@ var (
 	ErrNotFound = errors.New("eventlog: not found")
 	ErrExists   = errors.New("eventlog: already exists")
 	ErrTerminal = errors.New("eventlog: stream is terminal")
+	// ErrUnavailable is wrapped by the errors of a store that cannot write
+	// now (its disk is full or failed): retry later (HTTP 503). Reads may
+	// still be served.
+	ErrUnavailable = errors.New("eventlog: store unavailable")
 	// ErrFenced is returned by a store shared by several relay replicas
 	// when a write comes from a writer that no longer owns the session:
 	// another replica has taken the session over since. The writer must
@@ -114,7 +118,11 @@ type Log interface {
 	// The session must exist (ErrNotFound); ErrExists if the key is taken.
 	CreateStream(ctx context.Context, s *Stream) error
 	// Append assigns consecutive Seqs (LastSeq+1, ...) to events, setting
-	// events[i].Seq, stores them and returns the new LastSeq. terminal marks
+	// events[i].Seq, stores them and returns the new LastSeq. A store that
+	// may have lost acknowledged events in a crash starts the first append
+	// after it above every seq it may have handed out before (LastSeq
+	// reports what it holds), so a seq never names two events; Read then
+	// skips the seqs in between. terminal marks
 	// the last of them as the terminal event. ErrTerminal if the stream is
 	// already terminal; ErrNotFound if unknown.
 	//

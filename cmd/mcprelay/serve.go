@@ -111,7 +111,7 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
-	store, secret, err := openStore(*storeKind, *dataDir, *syncPolicy, eventlog.Retention{MaxEvents: *retainEvents, MaxBytes: *retainBytes, TerminalGrace: *grace})
+	store, secret, err := openStore(*storeKind, *dataDir, *syncPolicy, eventlog.Retention{MaxEvents: *retainEvents, MaxBytes: *retainBytes, TerminalGrace: *grace}, log)
 	if err != nil {
 		return err
 	}
@@ -158,7 +158,7 @@ func serve(args []string) error {
 	mux.Handle("/mcp", authn.protect(h))
 	authn.mount(mux)
 	mux.Handle("/metrics", h.Metrics())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := newServer(mux, bodyTimeout)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	errc := make(chan error, 1)

@@ -1,14 +1,19 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/mcprelay/mcprelay/eventlog"
@@ -28,11 +33,19 @@ func defaultDataDir() string {
 	return "mcprelay-data"
 }
 
+// Files in the data directory.
+const (
+	lockName   = "lock"   // held (flock) by the relay using the directory; holds its pid
+	secretName = "secret" // the relay secret event IDs are signed with
+	eventsName = "events" // the disk store
+)
+
 // openStore opens the event log the flags ask for, and the relay secret
 // that goes with it: kept in the data directory for the disk store (so
 // event IDs survive restarts), in Redis for the Redis store (so that
-// replicas share it), random for the memory store.
-func openStore(kind, dir, syncPolicy string, r eventlog.Retention) (eventlog.Store, []byte, error) {
+// replicas share it), random for the memory store. The data directory of
+// the disk store stays locked until the returned store is closed.
+func openStore(kind, dir, syncPolicy string, r eventlog.Retention, log *slog.Logger) (eventlog.Store, []byte, error) {
 	switch {
 	case kind == "memory":
 		return eventlog.NewMemory(r), nil, nil
@@ -49,40 +62,119 @@ func openStore(kind, dir, syncPolicy string, r eventlog.Retention) (eventlog.Sto
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("--data-dir: %w", err)
 	}
-	secret, err := loadSecret(filepath.Join(dir, "secret"))
+	lock, err := lockDataDir(dir)
 	if err != nil {
 		return nil, nil, err
 	}
-	st, err := pebblestore.Open(filepath.Join(dir, "events"), pebblestore.Options{Retention: r, Sync: policy})
+	secret, err := loadSecretFor(dir)
 	if err != nil {
+		lock.Close()
+		return nil, nil, err
+	}
+	if log != nil {
+		log = log.With("component", "eventlog")
+	}
+	st, err := pebblestore.Open(filepath.Join(dir, eventsName), pebblestore.Options{Retention: r, Sync: policy, Logger: log})
+	if err != nil {
+		lock.Close()
 		return nil, nil, fmt.Errorf("opening the event log in %s: %w", dir, err)
 	}
-	return st, secret, nil
+	return &lockedStore{Store: st, lock: lock}, secret, nil
+}
+
+// lockedStore releases the data directory's lock when the store is closed.
+type lockedStore struct {
+	*pebblestore.Store
+	lock *os.File
+}
+
+func (s *lockedStore) Close() error {
+	err := s.Store.Close()
+	s.lock.Close() // releases the flock
+	return err
+}
+
+// lockDataDir takes an exclusive lock on dir (flock of dir/lock, released
+// when the process exits, however it exits) and writes our pid into the
+// lock file, so that a second relay on the same directory can say which
+// process holds it.
+func lockDataDir(dir string) (*os.File, error) {
+	path := filepath.Join(dir, lockName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("locking data dir %s: %w", dir, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			pid := "unknown"
+			if b, err := os.ReadFile(path); err == nil {
+				if n, err := strconv.Atoi(string(bytes.TrimSpace(b))); err == nil {
+					pid = strconv.Itoa(n)
+				}
+			}
+			return nil, fmt.Errorf("data dir %s is in use by another mcprelay (pid %s)", dir, pid)
+		}
+		return nil, fmt.Errorf("locking data dir %s: %w", dir, err)
+	}
+	if err := f.Truncate(0); err == nil {
+		_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("locking data dir %s: %w", dir, err)
+	}
+	return f, nil
+}
+
+// loadSecretFor returns the relay secret of data directory dir, creating
+// it if the directory has none yet. A missing secret next to an event log
+// that holds data is an error: a new secret would silently invalidate
+// every event ID that clients hold.
+func loadSecretFor(dir string) ([]byte, error) {
+	path := filepath.Join(dir, secretName)
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		events := filepath.Join(dir, eventsName)
+		if nonEmpty, err := dirHasEntries(events); err != nil {
+			return nil, fmt.Errorf("checking the event log %s: %w", events, err)
+		} else if nonEmpty {
+			return nil, fmt.Errorf("relay secret %s is missing but the event log %s holds data: "+
+				"a new secret would invalidate every event ID clients hold; restore the secret, or remove %s to start afresh",
+				path, events, events)
+		}
+	}
+	return loadSecret(path)
+}
+
+// dirHasEntries reports whether dir exists and is not empty.
+func dirHasEntries(dir string) (bool, error) {
+	f, err := os.Open(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	_, err = f.Readdirnames(1)
+	if errors.Is(err, io.EOF) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // loadSecret reads the relay secret, creating it (32 random bytes, mode
-// 0600) on first use. A secret file readable by others is refused.
+// 0600) on first use. A secret file readable by others is refused. The
+// file appears complete or not at all: it is written and fsynced under a
+// temporary name, then hard-linked to path, which fails if another process
+// linked its own first (its secret is then used).
 func loadSecret(path string) ([]byte, error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		b = make([]byte, 32)
-		rand.Read(b)
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if err != nil {
-			if errors.Is(err, fs.ErrExist) { // another process created it first
-				return loadSecret(path)
-			}
+		if err := createSecret(path); err != nil {
 			return nil, err
 		}
-		if _, err := f.Write(b); err != nil {
-			f.Close()
-			return nil, err
-		}
-		if err := f.Sync(); err != nil {
-			f.Close()
-			return nil, err
-		}
-		return b, f.Close()
+		b, err = os.ReadFile(path)
 	}
 	if err != nil {
 		return nil, err
@@ -94,6 +186,38 @@ func loadSecret(path string) ([]byte, error) {
 		return nil, fmt.Errorf("relay secret %s: %d bytes, want at least 32", path, len(b))
 	}
 	return b, nil
+}
+
+// createSecret writes a new secret to path unless path exists.
+func createSecret(path string) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*") // mode 0600
+	if err != nil {
+		return fmt.Errorf("creating the relay secret: %w", err)
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	b := make([]byte, 32)
+	rand.Read(b)
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("creating the relay secret: %w", err)
+	}
+	if err := os.Link(tmp, path); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("creating the relay secret: %w", err)
+	}
+	// Make the new name durable.
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
 }
 
 // redisPasswordEnv names the environment variable with the Redis password,

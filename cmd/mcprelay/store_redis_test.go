@@ -45,7 +45,7 @@ func TestOpenStoreRedis(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv(redisPasswordEnv, tc.env)
-			st, sec, err := openStore(tc.store, t.TempDir(), "always", eventlog.Retention{})
+			st, sec, err := openStore(tc.store, t.TempDir(), "always", eventlog.Retention{}, nil)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("openStore = %v, want an error containing %q", err, tc.wantErr)

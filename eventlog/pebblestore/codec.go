@@ -11,20 +11,37 @@ import (
 // Key layout. One byte names the kind of record; every integer in a key is
 // big-endian so that byte order is numeric order. Sessions and streams get
 // a number at creation so that the keys below have a fixed width, one
-// session's records are contiguous (DeleteSession is four range deletions)
-// and one stream's events are contiguous (Read is one SeekGE).
+// session's records are contiguous (DeleteSession is a few range deletions)
+// and one stream's events are contiguous (Read is one SeekGE). A stream's
+// immutable identity (its key and request ID, which the client chooses and
+// may be large) is written once, apart from the counters every append
+// rewrites.
 const (
 	kindMeta    = 'm' // "m" "version" → uvarint(formatVersion)
 	kindSession = 'S' // "S" session ID → sessNum(8) | session fields
 	kindEvent   = 'e' // "e" sessNum(8) streamNum(8) seq(8) → uvarint(len(type)) | type | data
+	kindIdent   = 'i' // "i" sessNum(8) streamNum(8) → stream identity (see appendIdent), written once
 	kindOrder   = 'o' // "o" sessNum(8) ord(8) → streamNum(8) | uvarint(n): a run of n events in append order
-	kindStream  = 's' // "s" sessNum(8) streamNum(8) → stream record (see appendStream)
+	kindStream  = 's' // "s" sessNum(8) streamNum(8) → stream counters (see appendStream)
 )
 
-// formatVersion is stored under the meta key; Open refuses other versions.
-const formatVersion = 1
+// formatVersion is stored under the meta key. Open upgrades version 1
+// (identity inside the stream record) and refuses any other.
+const formatVersion = 2
 
 var keyVersion = []byte{kindMeta, 'v', 'e', 'r', 's', 'i', 'o', 'n'}
+
+// keyRun records how the last process used the store: runClean after a
+// Close, else the sync policy it ran with (runAlways or runRelaxed). It is
+// written with an fsync at Open and at Close.
+var keyRun = []byte{kindMeta, 'r', 'u', 'n'}
+
+// Values of keyRun.
+const (
+	runClean   byte = 0
+	runAlways  byte = 1
+	runRelaxed byte = 2
+)
 
 // Key lengths.
 const (
@@ -261,20 +278,64 @@ func decodeSession(id string, v []byte) (num uint64, s *eventlog.Session, err er
 	return num, s, nil
 }
 
-// streamRecord is a stream's stored record: the eventlog record plus what
-// the store needs to rebuild its state at Open. Its key is
-// "s" sessNum streamNum.
+// streamRecord is a stream's stored state: the eventlog record plus what
+// the store needs to rebuild its state at Open. Its identity (key,
+// generation, request ID) is stored under "i" sessNum streamNum, once; its
+// counters under "s" sessNum streamNum, rewritten by every write.
 type streamRecord struct {
 	num        uint64
 	sessNum    uint64
 	rec        eventlog.Stream
 	terminalAt int64 // unix nanoseconds of the terminal append; 0 if not terminal
 	bytes      int64 // sum of len(Data) of retained events
+	holes      []hole
 }
 
-// appendStream appends the stored value of r.
-func appendStream(dst []byte, r *streamRecord) []byte {
+// hole is a range of seqs [from, to) that the stream skipped after a crash
+// because they may have been handed out before it; no event has them.
+// Holes are ascending, each lies within [FirstSeq, LastSeq] with retained
+// events on both sides, and a slice of holes is never modified in place
+// (readers hold published copies).
+type hole struct{ from, to uint64 }
+
+// holeLen is the number of seqs in holes.
+func holeLen(holes []hole) uint64 {
+	var n uint64
+	for _, h := range holes {
+		n += h.to - h.from
+	}
+	return n
+}
+
+// nextSeq returns the seq of the event after seq, skipping a hole.
+func (r *streamRecord) nextSeq(seq uint64) uint64 {
+	seq++
+	for _, h := range r.holes {
+		if seq == h.from {
+			return h.to
+		}
+	}
+	return seq
+}
+
+// appendIdent appends the stored identity of r.
+func appendIdent(dst []byte, r *streamRecord) []byte {
 	dst = binary.AppendUvarint(dst, r.rec.Generation)
+	dst = appendString(dst, r.rec.Key)
+	return appendBytes(dst, r.rec.RequestID, true)
+}
+
+// decodeIdent decodes a value written by appendIdent into r.
+func decodeIdent(v []byte, r *streamRecord) error {
+	d := decoder{b: v}
+	r.rec.Generation = d.uvarint()
+	r.rec.Key = d.string()
+	r.rec.RequestID = d.bytes(true)
+	return d.err
+}
+
+// appendStream appends the stored counters of r.
+func appendStream(dst []byte, r *streamRecord) []byte {
 	dst = binary.AppendUvarint(dst, r.rec.FirstSeq)
 	dst = binary.AppendUvarint(dst, r.rec.LastSeq)
 	var flags byte
@@ -284,13 +345,38 @@ func appendStream(dst []byte, r *streamRecord) []byte {
 	dst = append(dst, flags)
 	dst = binary.AppendVarint(dst, r.terminalAt)
 	dst = binary.AppendUvarint(dst, uint64(r.bytes))
-	dst = appendString(dst, r.rec.Key)
-	return appendBytes(dst, r.rec.RequestID, true)
+	dst = binary.AppendUvarint(dst, uint64(len(r.holes)))
+	for _, h := range r.holes {
+		dst = binary.AppendUvarint(dst, h.from)
+		dst = binary.AppendUvarint(dst, h.to-h.from)
+	}
+	return dst
 }
 
-// decodeStream decodes a value written by appendStream; the caller fills
-// in the numbers and the session ID.
-func decodeStream(v []byte) (streamRecord, error) {
+// decodeStream decodes a value written by appendStream into r.
+func decodeStream(v []byte, r *streamRecord) error {
+	d := decoder{b: v}
+	r.rec.FirstSeq = d.uvarint()
+	r.rec.LastSeq = d.uvarint()
+	r.rec.Terminal = d.byte()&1 != 0
+	r.terminalAt = d.varint()
+	r.bytes = int64(d.uvarint())
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		return ErrCorrupt
+	}
+	r.holes = nil
+	for range n {
+		from := d.uvarint()
+		r.holes = append(r.holes, hole{from, from + d.uvarint()})
+	}
+	return d.err
+}
+
+// decodeStreamV1 decodes a format 1 stream record, which held the identity
+// too: generation, FirstSeq, LastSeq, flags, terminal time, bytes, key,
+// request ID.
+func decodeStreamV1(v []byte) (streamRecord, error) {
 	d := decoder{b: v}
 	var r streamRecord
 	r.rec.Generation = d.uvarint()

@@ -14,11 +14,19 @@ import (
 // keysOf returns the stream keys and the number of events in the database.
 func keysOf(t *testing.T, s *Store) (streams []string, events int) {
 	t.Helper()
-	err := s.scan(kindStream, func(_, v []byte) error {
-		r, err := decodeStream(v)
+	err := s.scan(kindIdent, func(_, v []byte) error {
+		var r streamRecord
+		err := decodeIdent(v, &r)
 		streams = append(streams, r.rec.Key)
 		return err
 	})
+	if err == nil {
+		n := 0
+		err = s.scan(kindStream, func(_, _ []byte) error { n++; return nil })
+		if n != len(streams) {
+			t.Errorf("%d stream records, %d identities", n, len(streams))
+		}
+	}
 	if err == nil {
 		err = s.scan(kindEvent, func(_, _ []byte) error { events++; return nil })
 	}

@@ -51,9 +51,35 @@
 // Pebble recovers from its WAL at Open in every case; a torn tail is
 // dropped, never a partial batch applied.
 //
+// # Seqs are never reused
+//
+// A client may hold the ID of an event that a crash then lost. So that no
+// later event gets that ID, a stream's seqs never run more than seqReserve
+// (65536) ahead of what is durable: under SyncInterval and SyncNone an
+// append that would pass the stream's last synced LastSeq by more is
+// committed with an fsync (one extra fsync per 65536 events of a busy
+// stream; a stream with fewer events never causes one). The store records
+// at Open (fsynced) which policy it runs with and at Close that it closed
+// cleanly. When Open finds that the last process ran with a relaxed policy
+// and did not close, every unfinished stream reports the LastSeq it holds,
+// and its next append starts at that LastSeq + seqReserve + 1 (and is
+// fsynced, by the rule above). Until every such stream has made that skip,
+// the store stays marked as crashed (a clean Close leaves the mark), so a
+// later process, whatever its policy, skips them too. The skipped seqs are a hole that holds no
+// event: Read returns the events on both sides as usual, a cursor inside
+// it reads on from the first event after it, and retention counts only
+// events. Under SyncAlways nothing acknowledged can be lost, and nothing
+// is skipped.
+//
 // A failed commit poisons the store (every later write fails with
-// [ErrFailed]) because the in-memory retention state no longer matches the
-// database; reopening the directory recovers the last committed state.
+// [ErrFailed], which wraps eventlog.ErrUnavailable) because the in-memory
+// retention state no longer matches the database; reads are still served,
+// and reopening the directory recovers the last committed state. Pebble's
+// fatal errors (a WAL or MANIFEST write failing on a full disk, often in
+// Pebble's own goroutines) do the same instead of ending the process. An
+// Open whose recovery keeps failing (Pebble retries the flush of the
+// recovered WAL at once, forever) gives up after a few failures and
+// returns the error.
 //
 // # Layout
 //
@@ -61,15 +87,21 @@
 // byte; integers are big-endian:
 //
 //	"S" sessionID                  → sessNum | session fields
-//	"s" sessNum streamNum          → stream record (key, generation, FirstSeq, LastSeq, terminal time, bytes, request ID)
+//	"i" sessNum streamNum          → stream identity (generation, key, request ID), written once
+//	"s" sessNum streamNum          → stream counters (FirstSeq, LastSeq, terminal time, bytes)
 //	"o" sessNum ord                → streamNum | n: a run of n events in the session's append order
 //	"e" sessNum streamNum seq      → type | data
 //
+// An append rewrites only the small "s" counters and one "o" run besides
+// its events: the request ID, which the client chooses and may be large,
+// is never written again after CreateStream.
+//
 // Read after a cursor is one bounded iterator SeekGE plus k Next calls,
-// O(log n + k). Streams is answered from memory. DeleteSession is three
+// O(log n + k). Streams is answered from memory. DeleteSession is four
 // range deletions plus one point deletion, whatever the session holds.
-// Open reads the "S", "s" and "o" records, never events, to rebuild every
-// session's counters and append-order runs.
+// Open reads the "S", "i", "s" and "o" records, never events, to rebuild
+// every session's counters and append-order runs. A format 1 directory
+// (identity inside the "s" record) is upgraded at Open.
 //
 // # Retention
 //
@@ -86,4 +118,15 @@
 // time in small unsynced batches, deleting a stream's events with a range
 // tombstone. Grace is measured on the wall clock and so continues across
 // restarts.
+//
+// # Deleted sessions cost nothing
+//
+// A deleted session leaves nothing in memory (its terminal streams leave
+// the expiry heap at once). On disk, its range deletions would free space
+// only when Pebble happens to compact over them, so once 16 MiB of events
+// were deleted with their sessions or streams, and at least half the disk
+// usage, the background goroutine compacts the whole key space. The
+// memtable is 8 MiB: Pebble preallocates each WAL at about 1.1 × its size
+// and keeps a few WALs for reuse, so the memtable size is the data
+// directory's floor (about 33 MB of WALs with 8 MiB; 264 MB with 64 MiB).
 package pebblestore

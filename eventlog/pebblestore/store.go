@@ -26,8 +26,9 @@ var (
 	ErrClosed = errors.New("pebblestore: store is closed")
 	// ErrCorrupt reports a stored record the store cannot decode.
 	ErrCorrupt = errors.New("pebblestore: corrupt record")
-	// ErrFailed wraps the write error after which the store refuses further
-	// writes; reopen the directory to recover.
+	// ErrFailed wraps the write error (or Pebble's fatal error) after which
+	// the store refuses further writes; reopen the directory to recover.
+	// Errors that wrap it also wrap eventlog.ErrUnavailable.
 	ErrFailed = errors.New("pebblestore: store failed")
 
 	errEmptyID       = errors.New("pebblestore: empty session ID")
@@ -91,9 +92,26 @@ const (
 	defaultMaxBytes      = 8 << 20
 	defaultTerminalGrace = 5 * time.Minute
 	defaultInterval      = 100 * time.Millisecond
-	memTableSize         = 64 << 20
-	cacheSize            = 64 << 20
+	// memTableSize also sizes the WAL, which Pebble preallocates at about
+	// 1.1 × memTableSize: 64 MiB reserved 71 MB on an idle data dir.
+	memTableSize = 8 << 20
+	cacheSize    = 64 << 20
+	// compactGarbage: once sessions and streams holding this many bytes of
+	// events were deleted (and at least half the disk usage), the
+	// background goroutine compacts the whole key space, so that range
+	// deletions free their disk space (Pebble alone leaves them for long).
+	compactGarbage = 16 << 20
 )
+
+// seqReserve bounds, per stream, how far the seqs handed out (returned by
+// Append and visible to Read) may run ahead of what is durable: under
+// SyncInterval and SyncNone an append that would pass the last synced
+// LastSeq by more than seqReserve is committed with an fsync. After a crash
+// under those policies a stream's next seq is therefore its durable
+// LastSeq + seqReserve + 1, never one a client may hold. Seqs are uint64:
+// a hole of 2^16 per crash costs nothing, and a busy stream adds one fsync
+// per 65536 events. A variable so that tests can exercise the forced fsync.
+var seqReserve uint64 = 1 << 16
 
 // Log attribute keys.
 const (
@@ -132,7 +150,17 @@ type Store struct {
 	termMu   sync.Mutex
 	terminal termHeap // terminal streams of all sessions by terminal time
 
-	unsynced atomic.Bool // SyncInterval: committed since the last WAL fsync
+	unsynced atomic.Bool  // SyncInterval: committed since the last WAL fsync
+	garbage  atomic.Int64 // bytes of events deleted with their session or stream since the last compaction
+
+	ctx    context.Context // cancelled by Close, to stop a compaction
+	cancel context.CancelFunc
+
+	crashed bool // the last process ran with a relaxed policy and did not Close
+
+	bgMu      sync.Mutex // rate-limits the logging of Pebble's background errors
+	bgLogged  time.Time
+	bgSkipped int
 
 	quit      chan struct{} // closed by Close
 	stopped   chan struct{} // closed when the background goroutine returns
@@ -193,21 +221,36 @@ type stream struct {
 	runs         int // entries of sess.order that refer to this stream
 	dirty        bool
 	dropped      bool
+	hpos         int // 1 + index in Store.terminal; 0 if not there; guarded by Store.termMu
+	// floor: seqs up to it may have been handed out by a process that
+	// crashed; the next append starts above it. synced: the highest seq
+	// known to be durable (an fsync followed its commit).
+	floor, synced uint64
 
 	// What readers see: the record as of the last committed write.
 	pubMu     sync.Mutex
 	pubState  uint8
 	pub       eventlog.Stream
 	pubTermAt int64
+	pubHoles  []hole
 }
 
-func (st *stream) retained() int { return int(st.rec.LastSeq + 1 - st.rec.FirstSeq) }
+func (st *stream) retained() int {
+	return int(st.rec.LastSeq + 1 - st.rec.FirstSeq - holeLen(st.holes))
+}
 
 // published returns the stream's committed record.
 func (st *stream) published() (rec eventlog.Stream, terminalAt int64, state uint8) {
 	st.pubMu.Lock()
 	defer st.pubMu.Unlock()
 	return st.pub, st.pubTermAt, st.pubState
+}
+
+// publishedHoles returns the holes of the committed record.
+func (st *stream) publishedHoles() []hole {
+	st.pubMu.Lock()
+	defer st.pubMu.Unlock()
+	return st.pubHoles
 }
 
 func newSession(id string, num uint64) *session {
@@ -251,19 +294,7 @@ func open(dir string, opts Options, now func() time.Time, fs vfs.FS) (*Store, er
 			return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
 		}
 	}
-	popts := &pebble.Options{
-		Logger:             pebbleLogger{log},
-		MemTableSize:       memTableSize,
-		CacheSize:          cacheSize,
-		FormatMajorVersion: pebble.FormatNewest,
-		FS:                 fs,
-	}
-	db, err := pebble.Open(dir, popts)
-	if err != nil {
-		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
-	}
 	s := &Store{
-		db:       db,
 		ret:      r,
 		sync:     opts.Sync,
 		wo:       pebble.NoSync,
@@ -275,10 +306,51 @@ func open(dir string, opts Options, now func() time.Time, fs vfs.FS) (*Store, er
 		quit:     make(chan struct{}),
 		stopped:  make(chan struct{}),
 	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if fs == nil {
+		fs = vfs.Default
+	}
+	gfs := &guardFS{FS: fs}
+	var opening atomic.Bool
+	opening.Store(true)
+	bgErrs := make(chan error, 1)
+	popts := &pebble.Options{
+		Logger:             pebbleLogger{log: log, s: s},
+		MemTableSize:       memTableSize,
+		CacheSize:          cacheSize,
+		FormatMajorVersion: pebble.FormatNewest,
+		FS:                 gfs,
+		EventListener: &pebble.EventListener{BackgroundError: func(err error) {
+			s.logBackground(err)
+			if opening.Load() {
+				select {
+				case bgErrs <- err:
+				default:
+				}
+			}
+		}},
+	}
+	db, err := openPebble(dir, popts, gfs, bgErrs)
+	opening.Store(false)
+	if err == nil {
+		if ferr := s.failed.Load(); ferr != nil {
+			db.Close()
+			err = *ferr
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
+	}
+	s.db = db
 	if opts.Sync == SyncAlways {
 		s.wo = pebble.Sync
 	}
 	events, err := s.load()
+	if err == nil {
+		if ferr := s.failed.Load(); ferr != nil {
+			err = *ferr
+		}
+	}
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
@@ -289,9 +361,91 @@ func open(dir string, opts Options, now func() time.Time, fs vfs.FS) (*Store, er
 	return s, nil
 }
 
+// openFailures is how many background errors pebble.Open may report
+// before the store gives up on it.
+const openFailures = 8
+
+// openPebble runs pebble.Open, but gives up when it keeps failing in the
+// background: Open waits for the flush of the recovered WAL, and Pebble
+// retries a failed flush at once, forever, so on a full disk Open would
+// spin without returning. Giving up returns the last error and slows that
+// Pebble instance down (each file creation waits a second) instead of
+// letting it spin; should it open after all (space came back), it is
+// closed, which frees the directory for the next Open.
+func openPebble(dir string, popts *pebble.Options, gfs *guardFS, bgErrs <-chan error) (*pebble.DB, error) {
+	type result struct {
+		db  *pebble.DB
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		db, err := pebble.Open(dir, popts)
+		done <- result{db, err}
+	}()
+	for failures := 0; ; {
+		select {
+		case r := <-done:
+			return r.db, r.err
+		case err := <-bgErrs:
+			if failures++; failures >= openFailures {
+				gfs.stall()
+				go func() {
+					if r := <-done; r.db != nil {
+						r.db.Close()
+					}
+				}()
+				return nil, fmt.Errorf("recovering the log keeps failing (%d times): %w", failures, err)
+			}
+		}
+	}
+}
+
+// guardFS is the file system Pebble uses. Once stalled, creating a file
+// first waits stallDelay.
+type guardFS struct {
+	vfs.FS
+	stalled atomic.Bool
+}
+
+const stallDelay = time.Second
+
+func (g *guardFS) stall() { g.stalled.Store(true) }
+
+func (g *guardFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	if g.stalled.Load() {
+		time.Sleep(stallDelay)
+	}
+	return g.FS.Create(name, c)
+}
+
+func (g *guardFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	if g.stalled.Load() {
+		time.Sleep(stallDelay)
+	}
+	return g.FS.ReuseForWrite(oldname, newname, c)
+}
+
+// logBackground logs one of Pebble's background errors (a failed flush or
+// compaction, which Pebble retries): the first at once, then at most one a
+// second, with the number left out.
+func (s *Store) logBackground(err error) {
+	s.bgMu.Lock()
+	now := time.Now()
+	if !s.bgLogged.IsZero() && now.Sub(s.bgLogged) < time.Second {
+		s.bgSkipped++
+		s.bgMu.Unlock()
+		return
+	}
+	skipped := s.bgSkipped
+	s.bgLogged, s.bgSkipped = now, 0
+	s.bgMu.Unlock()
+	s.log.Error("pebble: background error", logErr, err.Error(), "suppressed", skipped)
+}
+
 // load checks the format version and rebuilds the in-memory state: it
 // reads session, stream and order records, never events.
 func (s *Store) load() (events int, err error) {
+	var ver byte // 0: new directory
 	v, closer, err := s.db.Get(keyVersion)
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
@@ -301,11 +455,51 @@ func (s *Store) load() (events int, err error) {
 	case err != nil:
 		return 0, err
 	default:
-		ver := v[0]
+		ver = v[0]
 		closer.Close()
-		if ver != formatVersion {
+		switch ver {
+		case formatVersion:
+		case 1:
+			if err := s.upgradeV1(); err != nil {
+				return 0, fmt.Errorf("pebblestore: upgrading from format version 1: %w", err)
+			}
+		default:
 			return 0, fmt.Errorf("pebblestore: format version %d, want %d", ver, formatVersion)
 		}
+	}
+	last, closer, err := s.db.Get(keyRun)
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+		// A new directory, or one of an older version that did not record
+		// its runs: assume the worst if it holds anything.
+		s.crashed = ver != 0
+	case err != nil:
+		return 0, err
+	default:
+		s.crashed = len(last) == 0 || last[0] == runRelaxed
+		closer.Close()
+	}
+	// After a relaxed crash the store stays marked relaxed until a Close
+	// that leaves no stream with seqs still to skip (see Close): a crash
+	// before then must make the next Open skip them too.
+	mark := runRelaxed
+	if s.sync == SyncAlways && !s.crashed {
+		mark = runAlways
+	}
+	if err := s.db.Set(keyRun, []byte{mark}, pebble.Sync); err != nil {
+		return 0, err
+	}
+	idents := make(map[string]streamRecord)
+	err = s.scan(kindIdent, func(k, v []byte) error {
+		var r streamRecord
+		if len(k) != pairKeyLen || decodeIdent(v, &r) != nil {
+			return fmt.Errorf("stream identity key %x: %w", k, ErrCorrupt)
+		}
+		idents[string(k[1:])] = r
+		return nil
+	})
+	if err != nil {
+		return 0, err
 	}
 	byNum := make(map[uint64]*session)
 	err = s.scan(kindSession, func(k, v []byte) error {
@@ -326,8 +520,11 @@ func (s *Store) load() (events int, err error) {
 		if len(k) != pairKeyLen {
 			return fmt.Errorf("stream key %x: %w", k, ErrCorrupt)
 		}
-		r, err := decodeStream(v)
-		if err != nil {
+		r, ok := idents[string(k[1:])]
+		if !ok {
+			return fmt.Errorf("stream key %x: %w: no identity record", k, ErrCorrupt)
+		}
+		if err := decodeStream(v, &r); err != nil {
 			return fmt.Errorf("stream key %x: %w", k, err)
 		}
 		ss := byNum[beUint64(k[1:])]
@@ -335,7 +532,11 @@ func (s *Store) load() (events int, err error) {
 			return fmt.Errorf("stream %q: %w: unknown session", r.rec.Key, ErrCorrupt)
 		}
 		r.sessNum, r.num, r.rec.Session = ss.num, beUint64(k[9:]), ss.id
-		st := &stream{streamRecord: r, sess: ss, pubState: pubLive, pub: r.rec, pubTermAt: r.terminalAt}
+		st := &stream{streamRecord: r, sess: ss, pubState: pubLive, pub: r.rec, pubTermAt: r.terminalAt, pubHoles: r.holes,
+			floor: r.rec.LastSeq, synced: r.rec.LastSeq}
+		if s.crashed && !r.rec.Terminal {
+			st.floor += seqReserve
+		}
 		ss.streams[r.num], ss.shown[r.num] = st, st
 		// A key reused after its terminal stream expired: the newer wins.
 		if old := s.streams[r.rec.Key]; old == nil || old.num < r.num {
@@ -357,6 +558,7 @@ func (s *Store) load() (events int, err error) {
 	for _, st := range terminal {
 		st.sess.terminal.push(st)
 		s.terminal = append(s.terminal, st)
+		st.hpos = len(s.terminal)
 	}
 	heap.Init(&s.terminal)
 	// Append order: keys sort by session, then ord. Runs of streams that no
@@ -391,6 +593,33 @@ func (s *Store) load() (events int, err error) {
 		}
 	}
 	return events, nil
+}
+
+// upgradeV1 moves every stream's identity out of its record (format 1)
+// into its own key (format 2), in one synced batch.
+func (s *Store) upgradeV1() error {
+	b := s.db.NewBatch()
+	defer b.Close()
+	var val []byte
+	err := s.scan(kindStream, func(k, v []byte) error {
+		r, err := decodeStreamV1(v)
+		if err != nil {
+			return fmt.Errorf("stream key %x: %w", k, err)
+		}
+		ik := append([]byte{kindIdent}, k[1:]...)
+		if err := b.Set(ik, appendIdent(val[:0], &r), nil); err != nil {
+			return err
+		}
+		val = appendStream(val[:0], &r)
+		return b.Set(k, val, nil)
+	})
+	if err != nil {
+		return err
+	}
+	if err := b.Set(keyVersion, []byte{formatVersion}, nil); err != nil {
+		return err
+	}
+	return b.Commit(pebble.Sync)
 }
 
 // scan calls f for every key of one kind, in order.
@@ -533,9 +762,16 @@ func (s *Store) Read(ctx context.Context, key string, after uint64, limit int, b
 	if err := errors.Join(it.Error(), it.Close()); err != nil {
 		return eventlog.Stream{}, buf[:0], err
 	}
-	// An eviction (or drop) committed after the record was published.
+	// An eviction (or drop) committed after the record was published. A
+	// cursor in a crash hole expects the event after the hole.
+	expect := from
+	for _, h := range st.publishedHoles() {
+		if h.from <= from && from < h.to {
+			expect = h.to
+		}
+	}
 	switch {
-	case len(buf) > 0 && buf[0].Seq > from:
+	case len(buf) > 0 && buf[0].Seq > expect:
 		rec.FirstSeq = buf[0].Seq
 	case len(buf) == 0:
 		if _, _, state := st.published(); state != pubLive {
@@ -574,13 +810,21 @@ func (s *Store) Streams(ctx context.Context, session string) ([]eventlog.Stream,
 // nil; other methods then fail with ErrClosed.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.cancel()
 		close(s.quit)
 		<-s.stopped
 		s.life.Lock()
 		s.closed = true
 		s.life.Unlock()
-		if s.sync == SyncInterval && s.failed.Load() == nil {
-			s.closeErr = s.db.LogData(nil, pebble.Sync)
+		if s.failed.Load() == nil {
+			// Everything handed out is durable once this returns: the next
+			// Open need not skip seqs, unless a stream has not yet made
+			// the skip a crash before this process asked of it.
+			mark := runClean
+			if s.skipPending() {
+				mark = runRelaxed
+			}
+			s.closeErr = s.db.Set(keyRun, []byte{mark}, pebble.Sync)
 		}
 		if err := s.db.Close(); s.closeErr == nil {
 			s.closeErr = err
@@ -589,8 +833,24 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
+// skipPending reports whether a stream still has to skip seqs at its next
+// append (see seqReserve). Close calls it once no call is in flight.
+func (s *Store) skipPending() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, st := range s.streams {
+		if !st.dropped && !st.rec.Terminal && st.floor > st.rec.LastSeq {
+			return true
+		}
+	}
+	return false
+}
+
 // pebbleLogger sends Pebble's messages to the store's logger.
-type pebbleLogger struct{ log *slog.Logger }
+type pebbleLogger struct {
+	log *slog.Logger
+	s   *Store
+}
 
 func (l pebbleLogger) Infof(format string, args ...any) {
 	l.log.Debug("pebble: " + fmt.Sprintf(format, args...))
@@ -600,28 +860,51 @@ func (l pebbleLogger) Errorf(format string, args ...any) {
 	l.log.Error("pebble: " + fmt.Sprintf(format, args...))
 }
 
-// Fatalf is called on conditions Pebble cannot continue from; a library
-// must not exit the process, so it panics.
+// Fatalf is called on conditions Pebble cannot continue from, such as a
+// WAL or MANIFEST write failing on a full disk, often in one of Pebble's
+// own goroutines. A library must neither exit the process nor panic where
+// nobody can recover, so Fatalf fails the store instead: every later write
+// returns an error wrapping eventlog.ErrUnavailable (a commit that returns
+// after Fatalf counts as failed and is not published), reads are still
+// served from what was committed before, and reopening the directory
+// recovers once the cause is gone.
 func (l pebbleLogger) Fatalf(format string, args ...any) {
-	msg := "pebble: " + fmt.Sprintf(format, args...)
-	l.log.Error(msg)
-	panic(msg)
+	l.s.fail(fmt.Errorf(format, args...))
 }
 
-// termHeap orders terminal streams by their terminal time. Entries of
-// streams dropped otherwise are skipped when they come up.
+// termHeap orders terminal streams by their terminal time. A stream
+// dropped otherwise (its session deleted, or expired by a write to its
+// session) is removed at once, so that it holds no memory after that.
+// Each stream knows its position (hpos, guarded by termMu).
 type termHeap []*stream
 
 func (h termHeap) Len() int { return len(h) }
 
 // Less reads terminalAt, which is set before the push and never changes.
 func (h termHeap) Less(i, j int) bool { return h[i].terminalAt < h[j].terminalAt }
-func (h termHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *termHeap) Push(x any)        { *h = append(*h, x.(*stream)) }
+func (h termHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].hpos, h[j].hpos = i+1, j+1
+}
+func (h *termHeap) Push(x any) {
+	st := x.(*stream)
+	*h = append(*h, st)
+	st.hpos = len(*h)
+}
 func (h *termHeap) Pop() any {
 	old := *h
 	x := old[len(old)-1]
 	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
+	x.hpos = 0
 	return x
+}
+
+// unheap removes st from the terminal heap if it is there.
+func (s *Store) unheap(st *stream) {
+	s.termMu.Lock()
+	if st.hpos > 0 {
+		heap.Remove(&s.terminal, st.hpos-1)
+	}
+	s.termMu.Unlock()
 }

@@ -26,6 +26,7 @@ type txn struct {
 	now     time.Time
 	dirty   []*stream // records to write and publish
 	dropped []*stream // streams to unpublish
+	sync    bool      // commit with an fsync whatever the policy
 	key     []byte    // scratch; the batch copies keys and values
 	val     []byte
 }
@@ -91,14 +92,24 @@ func (s *Store) commit(t *txn, wo *pebble.WriteOptions) error {
 			t.set(t.key, t.val)
 		}
 	}
+	synced := false
 	if !t.b.Empty() {
 		if wo == nil {
 			wo = s.wo
 		}
+		if t.sync {
+			wo = pebble.Sync
+		}
 		if err := t.b.Commit(wo); err != nil {
 			return s.fail(err)
 		}
-		if s.sync == SyncInterval {
+		if err := s.failed.Load(); err != nil {
+			// Pebble reported a fatal error (see pebbleLogger.Fatalf),
+			// maybe during this very commit: it may not be durable.
+			return *err
+		}
+		synced = wo.Sync
+		if s.sync == SyncInterval && !synced {
 			s.unsynced.Store(true)
 		}
 	}
@@ -106,9 +117,12 @@ func (s *Store) commit(t *txn, wo *pebble.WriteOptions) error {
 		if st.dropped {
 			continue
 		}
+		if synced {
+			st.synced = st.rec.LastSeq
+		}
 		st.pubMu.Lock()
 		created := st.pubState == pubPending
-		st.pubState, st.pub, st.pubTermAt = pubLive, st.rec, st.terminalAt
+		st.pubState, st.pub, st.pubTermAt, st.pubHoles = pubLive, st.rec, st.terminalAt, st.holes
 		st.pubMu.Unlock()
 		if created {
 			st.sess.viewMu.Lock()
@@ -144,11 +158,12 @@ func (s *Store) unpublish(dropped []*stream) {
 // fail poisons the store: its in-memory state no longer matches what is
 // committed, so every later write fails until the directory is reopened.
 func (s *Store) fail(err error) error {
-	err = fmt.Errorf("%w: %w", ErrFailed, err)
+	err = fmt.Errorf("%w: %w: %w", eventlog.ErrUnavailable, ErrFailed, err)
 	if s.failed.CompareAndSwap(nil, &err) {
 		s.log.Error("pebblestore: write failed; store refuses writes until reopened", logErr, err)
+		return err
 	}
-	return err
+	return *s.failed.Load()
 }
 
 // CreateSession implements [eventlog.Sessions].
@@ -238,7 +253,7 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	defer t.release()
 	t.key = sessionKey(t.key[:0], id)
 	t.del(t.key)
-	for _, kind := range []byte{kindStream, kindOrder, kindEvent} {
+	for _, kind := range []byte{kindStream, kindIdent, kindOrder, kindEvent} {
 		var k [18]byte
 		lo := prefixKey(k[:0], kind, ss.num)
 		_ = t.b.DeleteRange(lo, prefixKey(lo[len(lo):len(lo)], kind, ss.num+1), nil)
@@ -253,6 +268,10 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 		return err
 	}
 	ss.live = false
+	for ss.terminal.len() > 0 {
+		s.unheap(ss.terminal.pop())
+	}
+	s.garbage.Add(ss.bytes)
 	clear(ss.streams)
 	ss.order, ss.terminal = queue[run]{}, queue[*stream]{}
 	ss.events, ss.bytes, ss.stale = 0, 0, 0
@@ -315,6 +334,9 @@ func (s *Store) CreateStream(ctx context.Context, in *eventlog.Stream) error {
 	s.streams[in.Key] = st
 	s.mu.Unlock()
 	ss.streams[st.num] = st
+	t.key = pairKey(t.key[:0], kindIdent, ss.num, st.num)
+	t.val = appendIdent(t.val[:0], &st.streamRecord)
+	t.set(t.key, t.val)
 	t.markDirty(st)
 	if err := s.commit(t, nil); err != nil {
 		st.dropped = true
@@ -368,7 +390,15 @@ func (s *Store) Append(ctx context.Context, key string, terminal bool, events ..
 // appendEvents adds events to t and updates the session's retention state.
 func (s *Store) appendEvents(t *txn, st *stream, terminal bool, events []eventlog.Event) uint64 {
 	ss := st.sess
-	first := st.rec.LastSeq + 1
+	first := max(st.rec.LastSeq, st.floor) + 1
+	if first > st.rec.LastSeq+1 {
+		// Seqs a crashed process may have handed out: skip them.
+		if st.rec.FirstSeq <= st.rec.LastSeq {
+			st.holes = append(st.holes, hole{st.rec.LastSeq + 1, first})
+		} else {
+			st.rec.FirstSeq = first
+		}
+	}
 	r := ss.order.back()
 	if r == nil || r.st != st {
 		ss.order.push(run{st: st, ord: ss.nextOrd})
@@ -389,7 +419,10 @@ func (s *Store) appendEvents(t *txn, st *stream, terminal bool, events []eventlo
 	}
 	r.n += len(events)
 	t.putRun(ss, r)
-	st.rec.LastSeq += uint64(len(events))
+	st.rec.LastSeq = first + uint64(len(events)) - 1
+	if st.rec.LastSeq > st.synced+seqReserve {
+		t.sync = true // see seqReserve
+	}
 	st.bytes += n
 	ss.bytes += n
 	ss.events += len(events)
@@ -428,11 +461,12 @@ func (s *Store) evict(t *txn, ss *session) {
 			continue
 		}
 		from := st.rec.FirstSeq
+		seq := from
 		k := 0
 		for k < r.n && over() {
 			var size int64
 			if r.unknown > 0 {
-				size = z.size(s, st, from+uint64(k))
+				size = z.size(s, st, seq)
 				r.unknown--
 			} else {
 				size = int64(r.sizes[0])
@@ -442,8 +476,12 @@ func (s *Store) evict(t *txn, ss *session) {
 			ss.bytes -= size
 			ss.events--
 			k++
+			seq = st.nextSeq(seq)
 		}
-		st.rec.FirstSeq += uint64(k)
+		st.rec.FirstSeq = seq
+		for len(st.holes) > 0 && st.holes[0].to <= seq {
+			st.holes = st.holes[1:]
+		}
 		t.delEvents(st, from, st.rec.FirstSeq)
 		t.markDirty(st)
 		if r.n -= k; r.n == 0 {
@@ -524,8 +562,12 @@ func (s *Store) dropStream(t *txn, st *stream) {
 	t.delEvents(st, st.rec.FirstSeq, st.rec.LastSeq+1)
 	t.key = pairKey(t.key[:0], kindStream, ss.num, st.num)
 	t.del(t.key)
+	t.key = pairKey(t.key[:0], kindIdent, ss.num, st.num)
+	t.del(t.key)
 	ss.events -= st.retained()
 	ss.bytes -= st.bytes
+	s.garbage.Add(st.bytes)
+	s.unheap(st)
 	ss.stale += st.runs
 	st.runs = 0
 	st.dropped = true
@@ -563,12 +605,35 @@ func (s *Store) run() {
 		case <-ticker.C:
 		}
 		s.compact()
-		if s.unsynced.Swap(false) {
+		if s.unsynced.Swap(false) && s.failed.Load() == nil {
 			if err := s.db.LogData(nil, pebble.Sync); err != nil {
 				s.fail(err)
 			}
 		}
+		s.compactDisk()
 	}
+}
+
+// compactDisk compacts the whole key space once enough was deleted (see
+// compactGarbage): deleted sessions then cost no disk space, and a restart
+// reads nothing of them.
+func (s *Store) compactDisk() {
+	g := s.garbage.Load()
+	if g < compactGarbage || s.failed.Load() != nil {
+		return
+	}
+	if usage := s.db.Metrics().DiskSpaceUsage(); uint64(g) < usage/2 {
+		return
+	}
+	s.garbage.Add(-g)
+	start := time.Now()
+	if err := s.db.Compact(s.ctx, []byte{0}, []byte{0xff}, false); err != nil {
+		if s.ctx.Err() == nil {
+			s.log.Warn("pebblestore: compacting after deletions", logErr, err)
+		}
+		return
+	}
+	s.log.Debug("pebblestore: compacted after deletions", "deleted", g, logElapsed, time.Since(start))
 }
 
 // compact drops every terminal stream whose grace has passed, one session
