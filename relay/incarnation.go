@@ -113,7 +113,14 @@ func (h *Handler) restore(r *http.Request, id string) (*session, error) {
 		// The previous incarnation's backend session, if it still exists.
 		go h.conn.Discard(context.WithoutCancel(ictx), previous)
 	}
-	h.sealStored(ictx, s, gen)
+	if err := h.sealStored(ictx, s, gen); err != nil {
+		bs.Close()
+		if h.cluster != nil {
+			h.cluster.Release(context.WithoutCancel(ictx), id, s.lease)
+		}
+		h.log.Error("restoring a session: sealing what the previous incarnation left", logSession, id, "err", err)
+		return nil, fmt.Errorf("%w: %w", errUnavailable, err)
+	}
 	s.mu.Lock()
 	s.incarnation = gen
 	s.backend = bs
@@ -128,12 +135,13 @@ func (h *Handler) restore(r *http.Request, id string) (*session, error) {
 }
 
 // sealStored ends the unfinished streams of older incarnations that the
-// store holds for s (their writer is gone).
-func (h *Handler) sealStored(ctx context.Context, s *session, gen uint64) {
+// store holds for s (their writer is gone). It fails if a stream could not
+// be sealed: the session must not be served with a stream that could
+// leave a resume waiting forever.
+func (h *Handler) sealStored(ctx context.Context, s *session, gen uint64) error {
 	sts, err := h.store.Streams(ctx, s.id)
 	if err != nil {
-		h.log.Error("listing a restored session's streams", logSession, s.id, "err", err)
-		return
+		return fmt.Errorf("listing the session's streams: %w", err)
 	}
 	for _, rec := range sts {
 		if rec.Terminal || rec.Generation >= gen {
@@ -147,14 +155,18 @@ func (h *Handler) sealStored(ctx context.Context, s *session, gen uint64) {
 		if st.standalone {
 			h.appendEvents(st, true, eventlog.Event{Type: resume.EventReset,
 				Data: resume.Reset{Reason: resume.ReasonGenerationChanged, Stream: rec.Key, Generation: rec.Generation}.Marshal()})
-			continue
+		} else {
+			st.pending = make(map[string]json.RawMessage)
+			for _, id := range requestIDs(rec.RequestID) {
+				st.pending[wire.MatchKey(id)] = id
+			}
+			h.loseStream(st, resume.ReasonBackendLost, "mcprelay: request lost: the replica or relay serving it stopped before its response")
 		}
-		st.pending = make(map[string]json.RawMessage)
-		for _, id := range requestIDs(rec.RequestID) {
-			st.pending[wire.MatchKey(id)] = id
+		if !st.isDone() {
+			return fmt.Errorf("sealing stream %s of generation %d failed", rec.Key, rec.Generation)
 		}
-		h.loseStream(st, resume.ReasonBackendLost, "mcprelay: request lost: the relay restarted before its response")
 	}
+	return nil
 }
 
 // requestIDs decodes a stream record's RequestID: one id, or a batch's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"mime"
 	"net/http"
 	"slices"
@@ -182,7 +183,13 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, body []byte
 	s.backend = bs
 	if err := h.createSession(r, s, m.Params); err != nil {
 		bs.Close()
-		writeJSONError(w, http.StatusInternalServerError, m.ID, -32603, "creating session: "+err.Error())
+		if errors.Is(err, eventlog.ErrUnavailable) {
+			h.log.Error("creating a session: the event log takes no writes", "err", err)
+			writeUnavailable(w, fmt.Errorf("%w: the event log takes no writes", errUnavailable))
+			return
+		}
+		writeJSONError(w, http.StatusInternalServerError, m.ID, -32603, "mcprelay: creating the session failed")
+		h.log.Error("creating a session", "err", err)
 		return
 	}
 	w.Header().Set(headerSessionID, s.id)
@@ -301,7 +308,13 @@ func (h *Handler) forwardRequest(w http.ResponseWriter, r *http.Request, s *sess
 	if err != nil {
 		rep.Close()
 		cancel()
-		writeJSONErrors(w, http.StatusInternalServerError, ids, -32603, "mcprelay: event log: "+err.Error())
+		if errors.Is(err, eventlog.ErrUnavailable) {
+			h.log.Error("a call's stream: the event log takes no writes", logSession, s.id, "err", err)
+			writeUnavailable(w, fmt.Errorf("%w: the event log takes no writes", errUnavailable))
+			return
+		}
+		h.log.Error("creating a call's stream", logSession, s.id, "err", err)
+		writeJSONErrors(w, http.StatusInternalServerError, ids, -32603, "mcprelay: the event log failed")
 		return
 	}
 	st.cancel = cancel

@@ -174,9 +174,12 @@ var errUnavailable = errors.New("relay: session temporarily unavailable")
 // writeUnavailable answers a request for a session that cannot be
 // restored right now: 503 with Retry-After, so that the client keeps its
 // session and cursor and tries again.
+//
+// The body says nothing of the cause (it may name internal addresses): the
+// caller logs it.
 func writeUnavailable(w http.ResponseWriter, err error) {
 	w.Header().Set("Retry-After", "1")
-	httpError(w, http.StatusServiceUnavailable, "Service Unavailable: "+err.Error()+"; retry")
+	httpError(w, http.StatusServiceUnavailable, "Service Unavailable: the session cannot be served right now; retry")
 }
 
 // newStream creates a stream of the session's current incarnation in the

@@ -51,7 +51,6 @@ func (f *failingStore) Append(ctx context.Context, key string, terminal bool, ev
 // (eventlog.ErrUnavailable: a full disk), a new session or a new call is
 // answered 503 with Retry-After, so the client retries, not 500.
 func TestStoreUnavailableIs503(t *testing.T) {
-	t.Skip("needs the relay change: answer errors wrapping eventlog.ErrUnavailable with writeUnavailable (503 + Retry-After) where post.go now answers 500 -32603: after createSession (initialize) and after newStream (a request)")
 	store := &failingStore{Store: eventlog.NewMemory(eventlog.Retention{})}
 	e := newEnv(t, relay.Options{Store: store, Secret: testSecret})
 	s := e.initialize("2025-11-25", "")
