@@ -44,6 +44,10 @@ type Session struct {
 	Upstream         string            // the backend's own session handle (its Mcp-Session-Id), may be ""
 	Replay           []json.RawMessage // state-setting requests (logging/setLevel, resources/subscribe) to replay on re-creation, oldest first
 	Created          time.Time
+	// LastUsed is when a request last used the session, as last recorded
+	// (the relay records it at most every few minutes); zero means Created.
+	// A session idle past the relay's timeout is not restored.
+	LastUsed time.Time
 }
 
 // Stream is a stream's record. FirstSeq, LastSeq and Terminal are maintained

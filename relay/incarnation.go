@@ -38,6 +38,15 @@ func (h *Handler) restore(r *http.Request, id string) (*session, error) {
 	if rec.Principal != h.principal(r) {
 		return nil, nil
 	}
+	if h.expired(rec) {
+		// Idle past the timeout while no process held it (a restart, a
+		// replica's death): expired, as it would have been here.
+		if err := h.store.DeleteSession(ctx, id); err != nil && !errors.Is(err, eventlog.ErrNotFound) {
+			h.log.Error("deleting an expired session", logSession, id, "err", err)
+		}
+		h.log.Info("session ended", logSession, id, logReason, "idle timeout (found in the store)")
+		return nil, nil
+	}
 	// One restore per session at a time; the loser uses the winner's.
 	h.mu.Lock()
 	if s := h.sessions[id]; s != nil {
@@ -78,6 +87,7 @@ func (h *Handler) restore(r *http.Request, id string) (*session, error) {
 		replay:    rec.Replay,
 	}
 	s.touch()
+	s.recorded.Store(max(rec.LastUsed.UnixNano(), rec.Created.UnixNano()))
 	ictx, icancel := context.WithTimeout(h.ctx, 30*time.Second)
 	defer icancel()
 	if h.cluster != nil {
@@ -426,4 +436,19 @@ func (h *Handler) nextIncarnation(ctx context.Context, s *session, rec *eventlog
 		return fail(err)
 	}
 	return gen, bs, standalone, nil
+}
+
+// expired reports whether a stored session has been idle longer than the
+// idle timeout, by its recorded last use (or its creation).
+func (h *Handler) expired(rec *eventlog.Session) bool {
+	timeout := h.opts.SessionIdleTimeout
+	if timeout <= 0 {
+		return false
+	}
+	last := rec.LastUsed
+	if last.IsZero() {
+		last = rec.Created
+	}
+	// The record lags the real last use by up to timeout/8.
+	return !last.IsZero() && time.Since(last) > timeout+timeout/8
 }

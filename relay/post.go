@@ -200,6 +200,7 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, body []byte
 // with the client's initialize params, and registers it.
 func (h *Handler) createSession(r *http.Request, s *session, params json.RawMessage) error {
 	s.touch()
+	s.recorded.Store(time.Now().UnixNano()) // Created stands for the first use
 	rec := &eventlog.Session{
 		ID:               s.id,
 		Principal:        s.principal,

@@ -1,6 +1,8 @@
 package relay_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -160,5 +162,82 @@ func TestRestoreWhileBackendDown(t *testing.T) {
 	got, ended := events(t, r, 0, 5*time.Second)
 	if !ended || len(dataEvents(got)) == 0 {
 		t.Fatalf("replay after restore: ended=%v %+v", ended, got)
+	}
+}
+
+// TestStoredSessionExpires: a session idle past the timeout while no
+// process held it (the relay was down) is not restored: 404, and it is
+// deleted from the store. One used recently is restored. Before, a session
+// idle far past --session-idle-timeout was still restored.
+func TestStoredSessionExpires(t *testing.T) {
+	store := eventlog.NewMemory(eventlog.Retention{})
+	be := mcptest.NewRestartable(func() http.Handler { return backend.SDKHandler(testServer(nil), nil) })
+	t.Cleanup(be.Stop)
+	var current atomic.Pointer[relay.Handler]
+	start := func() {
+		h, err := relay.New(relay.Options{Backend: backend.Handler(be), Store: store, Secret: testSecret, SessionIdleTimeout: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if old := current.Swap(h); old != nil {
+			old.Close()
+		}
+	}
+	start()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { current.Load().ServeHTTP(w, r) }))
+	t.Cleanup(func() { current.Load().Close(); srv.CloseClientConnections(); srv.Close() })
+	e := &env{t: t, url: srv.URL, backend: be}
+	idle := e.initialize("2025-11-25", "")
+	recent := e.initialize("2025-11-25", "")
+	age := func(id string, d time.Duration) {
+		rec, err := store.Session(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.Created, rec.LastUsed = time.Now().Add(-d-time.Hour), time.Now().Add(-d)
+		if err := store.UpdateSession(context.Background(), rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	age(idle.id, 2*time.Hour)
+	age(recent.id, 10*time.Minute)
+	start() // a restart: the sessions are in the store only
+
+	if resp := idle.post(`{"jsonrpc":"2.0","id":1,"method":"ping"}`); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("a session idle for 2h with a 1h timeout: %s, want 404", resp.Status)
+	}
+	if _, err := store.Session(context.Background(), idle.id); !errors.Is(err, eventlog.ErrNotFound) {
+		t.Fatalf("the expired session is still in the store: %v", err)
+	}
+	if resp := recent.post(`{"jsonrpc":"2.0","id":1,"method":"ping"}`); resp.StatusCode != http.StatusOK {
+		t.Fatalf("a session idle for 10 minutes: %s, want it restored", resp.Status)
+	}
+}
+
+// TestLastUseRecorded: requests record the session's last use in the store
+// (at most every eighth of the idle timeout), so that expiry survives the
+// process.
+func TestLastUseRecorded(t *testing.T) {
+	store := eventlog.NewMemory(eventlog.Retention{})
+	e := newEnv(t, relay.Options{Store: store, SessionIdleTimeout: 800 * time.Millisecond})
+	s := e.initialize("2025-11-25", "")
+	time.Sleep(150 * time.Millisecond)
+	before := time.Now()
+	if resp := s.post(`{"jsonrpc":"2.0","id":1,"method":"ping"}`); resp.StatusCode != http.StatusOK {
+		t.Fatalf("ping: %s", resp.Status)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		rec, err := store.Session(context.Background(), s.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rec.LastUsed.Before(before.Add(-time.Millisecond)) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("LastUsed %v, want at least %v", rec.LastUsed, before)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

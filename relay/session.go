@@ -35,6 +35,7 @@ type session struct {
 	recreated   []time.Time       // when the backend side was re-created, within recreationWindow
 
 	lastSeen atomic.Int64 // unix nanos of the last request
+	recorded atomic.Int64 // unix nanos of the LastUsed last written to the store
 	open     atomic.Int32 // client streams being served
 
 	// With a Cluster: the lease this replica holds, and until when (unix
@@ -165,7 +166,37 @@ func (h *Handler) lookup(r *http.Request, id string) (*session, error) {
 		return nil, nil
 	}
 	s.touch()
+	h.recordUse(s)
 	return s, nil
+}
+
+// recordUse writes the session's LastUsed to the store when the one there
+// is older than an eighth of the idle timeout: a session that outlives this
+// process (a restart, a replica's death) is still expired on time, at the
+// cost of one record write per session every few minutes, off the
+// request's path.
+func (h *Handler) recordUse(s *session) {
+	timeout := h.opts.SessionIdleTimeout
+	if timeout <= 0 {
+		return
+	}
+	now := time.Now()
+	last := s.recorded.Load()
+	if now.Sub(time.Unix(0, last)) < timeout/8 || !s.recorded.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(h.ctx, 10*time.Second)
+		defer cancel()
+		rec, err := h.store.Session(ctx, s.id)
+		if err == nil {
+			rec.LastUsed = now
+			err = h.store.UpdateSession(ctx, rec)
+		}
+		if err != nil && !errors.Is(err, eventlog.ErrNotFound) && !errors.Is(err, context.Canceled) {
+			h.log.Warn("recording a session's last use", logSession, s.id, "err", err)
+		}
+	}()
 }
 
 // errUnavailable: the session exists but cannot be served right now.

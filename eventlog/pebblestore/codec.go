@@ -244,7 +244,15 @@ func encodeSession(num uint64, s *eventlog.Session) []byte {
 	if err != nil { // a zone offset with seconds: keep the instant
 		created, _ = s.Created.UTC().MarshalBinary()
 	}
-	return appendBytes(b, created, false)
+	b = appendBytes(b, created, false)
+	if s.LastUsed.IsZero() {
+		return b // records written before LastUsed existed end here too
+	}
+	used, err := s.LastUsed.MarshalBinary()
+	if err != nil {
+		used, _ = s.LastUsed.UTC().MarshalBinary()
+	}
+	return appendBytes(b, used, false)
 }
 
 // decodeSession decodes a value written by encodeSession.
@@ -269,6 +277,11 @@ func decodeSession(id string, v []byte) (num uint64, s *eventlog.Session, err er
 	created := d.raw(d.uvarint())
 	if d.err == nil {
 		if err := s.Created.UnmarshalBinary(created); err != nil {
+			return 0, nil, ErrCorrupt
+		}
+	}
+	if d.err == nil && len(d.b) > 0 {
+		if err := s.LastUsed.UnmarshalBinary(d.raw(d.uvarint())); err != nil || d.err != nil {
 			return 0, nil, ErrCorrupt
 		}
 	}

@@ -29,7 +29,12 @@ func encodeSession(s *eventlog.Session) []byte {
 		}
 	}
 	t, _ := s.Created.MarshalBinary() // fails only for offsets that are not whole minutes
-	return appendBytes(b, t, false)
+	b = appendBytes(b, t, false)
+	if s.LastUsed.IsZero() {
+		return b // records written before LastUsed existed end here too
+	}
+	u, _ := s.LastUsed.MarshalBinary()
+	return appendBytes(b, u, false)
 }
 
 // decodeSession decodes a record made by encodeSession. The result shares no
@@ -57,6 +62,13 @@ func decodeSession(id string, b []byte) (*eventlog.Session, error) {
 	if t := d.bytes(false); !d.bad {
 		if err := s.Created.UnmarshalBinary(t); err != nil {
 			return nil, ErrCorrupt
+		}
+	}
+	if !d.bad && len(d.b) > 0 {
+		if u := d.bytes(false); !d.bad {
+			if err := s.LastUsed.UnmarshalBinary(u); err != nil {
+				return nil, ErrCorrupt
+			}
 		}
 	}
 	if d.bad || len(d.b) != 0 {

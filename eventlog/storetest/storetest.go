@@ -111,7 +111,8 @@ func fullSession(id string) *eventlog.Session {
 			json.RawMessage(`{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"debug"}}`),
 			json.RawMessage(`{"jsonrpc":"2.0","id":2,"method":"resources/subscribe","params":{"uri":"test://x"}}`),
 		},
-		Created: time.Date(2026, 7, 1, 12, 30, 0, 123456789, time.UTC),
+		Created:  time.Date(2026, 7, 1, 12, 30, 0, 123456789, time.UTC),
+		LastUsed: time.Date(2026, 7, 2, 8, 0, 0, 987654321, time.UTC),
 	}
 }
 
@@ -213,6 +214,8 @@ func sessionDiff(got, want *eventlog.Session) string {
 		return fmt.Sprintf("Replay %q, want %q", got.Replay, want.Replay)
 	case !got.Created.Equal(want.Created):
 		return fmt.Sprintf("Created %v, want %v", got.Created, want.Created)
+	case !got.LastUsed.Equal(want.LastUsed):
+		return fmt.Sprintf("LastUsed %v, want %v", got.LastUsed, want.LastUsed)
 	}
 	return ""
 }
