@@ -139,6 +139,24 @@ type replicaClient struct {
 	calls []*call
 	cuts  int
 	waits int // 502/503 answers waited out
+
+	waitStart   time.Time     // when the current run of 502/503 answers began
+	longestWait time.Duration // the longest such run: how long the session was not served
+}
+
+// unserved notes a 502/503 (the session was not served), served an answer.
+func (cl *replicaClient) unserved() {
+	if cl.waitStart.IsZero() {
+		cl.waitStart = time.Now()
+	}
+	cl.longestWait = max(cl.longestWait, time.Since(cl.waitStart))
+}
+
+func (cl *replicaClient) served() {
+	if !cl.waitStart.IsZero() {
+		cl.longestWait = max(cl.longestWait, time.Since(cl.waitStart))
+	}
+	cl.waitStart = time.Time{}
 }
 
 // retryable says whether a status asks the client to come back.
@@ -195,6 +213,7 @@ func (cl *replicaClient) runCall(ctx context.Context, c *call, intervalMS int, c
 	defer cancel()
 	wait := func() bool {
 		cl.waits++
+		cl.unserved()
 		select {
 		case <-ctx.Done():
 			return false
@@ -222,6 +241,7 @@ func (cl *replicaClient) runCall(ctx context.Context, c *call, intervalMS int, c
 			}
 			continue
 		}
+		cl.served()
 		break
 	}
 	if resp.StatusCode != http.StatusOK {
@@ -259,6 +279,7 @@ func (cl *replicaClient) runCall(ctx context.Context, c *call, intervalMS int, c
 		c.statuses = append(c.statuses, resp.StatusCode)
 		switch {
 		case resp.StatusCode == http.StatusOK:
+			cl.served()
 			ended = cl.scanCut(resp, c, cut)
 		case retryable(resp.StatusCode):
 			resp.Body.Close()
@@ -452,6 +473,9 @@ func runReplicaChaos(t *testing.T, run chaosRun) {
 		all = append(all, cl.calls...)
 		n["client cuts"] += cl.cuts
 		n["503/502 waited out"] += cl.waits
+		if ms := int(cl.longestWait.Milliseconds()); ms > n["longest unserved ms"] {
+			n["longest unserved ms"] = ms
+		}
 		rec, err := st.Session(ctx, cl.sid)
 		if err != nil {
 			v.addf("session %d: %v", cl.n, err)
@@ -472,6 +496,11 @@ func runReplicaChaos(t *testing.T, run chaosRun) {
 		n["standalone resets"] += r
 	}
 	t.Logf("%d kills in %v (Redis restarted: %v), %d calls: %v; %d event IDs delivered", kills, run.chaos, redisDown, len(all), n, len(ids.seen))
+	// A session whose owner died is served again within the lease TTL and a
+	// second of slack (the goal is 3 s); a Redis restart adds its downtime.
+	if bound := replicaLease + time.Second + time.Duration(btoi(run.redisRestart))*2*time.Second; time.Duration(n["longest unserved ms"])*time.Millisecond > bound {
+		t.Errorf("a session went unserved for %d ms, more than %v", n["longest unserved ms"], bound)
+	}
 	if n["result"] == 0 || n["lost"] == 0 || n["resume 200"] == 0 || n["sessions re-homed"] == 0 {
 		t.Errorf("the run did not exercise results, losses, resumes and re-homing: %v", n)
 	}
@@ -737,4 +766,11 @@ func TestReplicasSIGTERM(t *testing.T) {
 		t.Errorf("the session was taken over after %v: the lease was not released", d)
 	}
 	v.report(t)
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
