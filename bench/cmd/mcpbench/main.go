@@ -99,6 +99,9 @@ func run(args []string) error {
 		}
 		return err
 	}
+	if *serve == stdioChild {
+		return serveStdioChild()
+	}
 	if *serve != "" {
 		return serveTarget(*serve, *addr, cfg.cpuprofile, cfg.server)
 	}

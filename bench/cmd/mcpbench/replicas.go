@@ -17,12 +17,14 @@ import (
 	"time"
 
 	"github.com/mcprelay/mcprelay/backend"
+	"github.com/mcprelay/mcprelay/backend/stdio"
 	"github.com/mcprelay/mcprelay/eventlog"
 	"github.com/mcprelay/mcprelay/eventlog/pebblestore"
 	"github.com/mcprelay/mcprelay/eventlog/redisstore"
 	"github.com/mcprelay/mcprelay/exampleserver"
 	"github.com/mcprelay/mcprelay/relay"
 	"github.com/mcprelay/mcprelay/relay/redisreplicas"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // diskRelay is mcprelay as `mcprelay serve` runs it by default: the
@@ -172,4 +174,32 @@ func (p *roundRobin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(resp.StatusCode)
 	backend.CopyFlushing(w, resp.Body, 32<<10)
+}
+
+// stdioChild is the internal -serve value of a relay-stdio child: the
+// example server over stdin and stdout.
+const stdioChild = "stdio-child"
+
+func serveStdioChild() error {
+	return exampleserver.New(nil).Run(context.Background(), &mcp.StdioTransport{})
+}
+
+// stdioRelay is mcprelay in front of the example server as a stdio child
+// per session (this binary with -serve stdio-child), memory store.
+func stdioRelay(cfg serverConfig) (http.Handler, func(), error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := stdio.New(stdio.Options{Command: []string{exe, "-serve", stdioChild}, MaxChildren: 20_000})
+	if err != nil {
+		return nil, nil, err
+	}
+	store := eventlog.NewMemory(eventlog.Retention{MaxEvents: cfg.relayRetainEvents, MaxBytes: cfg.relayRetainBytes, TerminalGrace: 5 * time.Minute})
+	rh, err := relay.New(relay.Options{Backend: c, Store: store, SessionIdleTimeout: -1})
+	if err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	return rh, func() { rh.Close(); c.Close(); store.Close() }, nil
 }

@@ -35,6 +35,7 @@ var targets = []target{
 	{"relay-example", "mcprelay (memory store) in front of its in-process example server, backend.SDK(exampleserver.New(nil), nil) as in `mcprelay serve`", true},
 	{"relay-minimal", "mcprelay (memory store) in front of peers.Minimal in process (batched writes, GET answered 405): the relay's own cost", true},
 	{"relay-disk", "mcprelay as `mcprelay serve` runs by default: the example server in process, the Pebble store with --sync always", true},
+	{"relay-stdio", "mcprelay (memory store) in front of the example server as a stdio child per session (mcprelay serve -- COMMAND)", true},
 	{"relay-redis", "one mcprelay replica on a private Redis (redisstore, leases), the example server in process", true},
 	{"relay-redis3", "three mcprelay replicas on one Redis behind a round-robin proxy in the same process: POSTs forwarded to the session's owner, GETs served from the shared log", true},
 	{"gosdk", "official Go SDK v1.8.0 StreamableHTTPHandler, no event store", false},
@@ -81,6 +82,8 @@ func handlerFor(name string, cfg serverConfig) (h http.Handler, stop func(), err
 		return relayIn(backend.Handler(peers.Minimal(peers.MinimalOptions{NoGET: true})))
 	case "relay-disk":
 		return diskRelay(cfg)
+	case "relay-stdio":
+		return stdioRelay(cfg)
 	case "relay-redis":
 		return redisRelays(1, cfg)
 	case "relay-redis3":
