@@ -305,3 +305,42 @@ func TestDeleteStoreFailure(t *testing.T) {
 		t.Fatalf("the session is still in the store: %v", err)
 	}
 }
+
+// readFailStore fails Read while failing is set.
+type readFailStore struct {
+	eventlog.Store
+	failing atomic.Bool
+}
+
+func (f *readFailStore) Read(ctx context.Context, key string, after uint64, max int, buf []eventlog.Event) (eventlog.Stream, []eventlog.Event, error) {
+	if f.failing.Load() {
+		return eventlog.Stream{}, nil, errors.New("flaky: store unavailable")
+	}
+	return f.Store.Read(ctx, key, after, max, buf)
+}
+
+// A stream whose log cannot be read ends with retry, so the client comes
+// back; before, it ended cleanly, as if complete, and the client took the
+// call for finished without its response.
+func TestStoreReadFailureAsksToRetry(t *testing.T) {
+	st := &readFailStore{Store: eventlog.NewMemory(eventlog.Retention{})}
+	e := newEnv(t, relay.Options{Store: st})
+	s := e.initialize("2025-11-25", "")
+	_, resp := s.call(5, 50, true)
+	first, _ := events(t, resp, 1, 5*time.Second)
+	st.failing.Store(true)
+	rest, ended := events(t, resp, 0, 5*time.Second)
+	st.failing.Store(false)
+	if !ended {
+		t.Fatal("the stream neither ended nor asked to retry")
+	}
+	if len(rest) == 0 || rest[len(rest)-1].Retry == 0 {
+		t.Fatalf("the stream ended without retry: %+v", rest)
+	}
+	// The client comes back and gets the rest, then the response.
+	resp = s.get(lastID(append(first, rest...)))
+	evs, ended := events(t, resp, 0, 10*time.Second)
+	if d := dataEvents(evs); !ended || len(d) == 0 || decode(t, d[len(d)-1].Data).Result == nil {
+		t.Fatalf("after the retry: ended=%v %+v", ended, evs)
+	}
+}

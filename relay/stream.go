@@ -108,10 +108,21 @@ func (h *Handler) follow(r *http.Request, c *sseConn, s *session, st *stream, a 
 		}
 		if err != nil {
 			release()
-			if errors.Is(err, eventlog.ErrNotFound) && !s.isClosed() {
-				c.reset(resume.Reset{Reason: resume.ReasonUnknownStream, Stream: key, Generation: p.Generation})
+			switch {
+			case ctx.Err() != nil:
+				return nil, false
+			case errors.Is(err, eventlog.ErrNotFound):
+				if !s.isClosed() {
+					c.reset(resume.Reset{Reason: resume.ReasonUnknownStream, Stream: key, Generation: p.Generation})
+				}
+				return nil, false
 			}
-			return nil, false
+			// The log cannot be read now (Redis restarting, a failing
+			// disk): ask the client to come back, never end the stream as
+			// if it were complete.
+			h.log.Warn("reading the event log; the client is asked to retry", logSession, s.id, logStream, key, "err", err)
+			c.retry(p.Stream, p.Generation, cursor, time.Second)
+			return nil, true
 		}
 		if resume.Hole(cursor, rec.FirstSeq) {
 			if !gapAnnounced {
