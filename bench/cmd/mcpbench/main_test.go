@@ -158,3 +158,15 @@ func TestRender(t *testing.T) {
 		}
 	}
 }
+
+// TestMain lets the relay-stdio target re-execute this test binary as its
+// stdio child, as it does the mcpbench binary.
+func TestMain(m *testing.M) {
+	if len(os.Args) == 3 && os.Args[1] == "-serve" && os.Args[2] == stdioChild {
+		if err := serveStdioChild(); err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
