@@ -268,26 +268,7 @@ func do(ctx context.Context, url, method string, hdr map[string]string, body str
 
 // initialize opens a session and returns its ID.
 func initialize(ctx context.Context, url string) (string, error) {
-	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":%q,"capabilities":{},"clientInfo":{"name":"crashtest","version":"1"}}}`, protocolVersion)
-	resp, err := do(ctx, url, http.MethodPost, nil, body)
-	if err != nil {
-		return "", err
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	sid := resp.Header.Get("Mcp-Session-Id")
-	if resp.StatusCode != http.StatusOK || sid == "" {
-		return "", fmt.Errorf("initialize: %s, session %q: %s", resp.Status, sid, b)
-	}
-	resp, err = do(ctx, url, http.MethodPost, sessionHeaders(sid, ""), `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-	if err != nil {
-		return "", err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		return "", fmt.Errorf("notifications/initialized: %s", resp.Status)
-	}
-	return sid, nil
+	return initializeWith(ctx, url, "{}")
 }
 
 func sessionHeaders(sid, lastEventID string) map[string]string {

@@ -392,19 +392,7 @@ func runReplicaChaos(t *testing.T, run chaosRun) {
 	rs := newReplicaSet(t, replicas, ro)
 	ctx, cancel := context.WithTimeout(context.Background(), run.chaos+90*time.Second)
 	defer cancel()
-	st, err := redisstore.Open(ctx, redisstore.Options{URL: rs.redis.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	secret, err := st.LoadOrCreateSecret(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	codec, err := resume.NewCodec(secret)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, codec := rs.sharedLog(ctx)
 
 	v := &violations{}
 	ids := &idBook{}
@@ -506,6 +494,26 @@ func runReplicaChaos(t *testing.T, run chaosRun) {
 	}
 }
 
+// sharedLog opens the replicas' Redis store and a checker under their
+// shared secret, for tests that look at the log and check events.
+func (rs *replicaSet) sharedLog(ctx context.Context) (*redisstore.Store, *resume.Codec) {
+	rs.t.Helper()
+	st, err := redisstore.Open(ctx, redisstore.Options{URL: rs.redis.URL()})
+	if err != nil {
+		rs.t.Fatal(err)
+	}
+	rs.t.Cleanup(func() { st.Close() })
+	secret, err := st.LoadOrCreateSecret(ctx)
+	if err != nil {
+		rs.t.Fatal(err)
+	}
+	codec, err := resume.NewCodec(secret)
+	if err != nil {
+		rs.t.Fatal(err)
+	}
+	return st, codec
+}
+
 // TestReplicasZombie pauses (SIGSTOP) the replica that owns a session in
 // the middle of a call, past its lease; another replica takes the session
 // over when the client resumes there, and seals the call (backend_lost,
@@ -518,13 +526,7 @@ func TestReplicasZombie(t *testing.T) {
 	a, b := rs.procs[0], rs.procs[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	st, err := redisstore.Open(ctx, redisstore.Options{URL: rs.redis.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	secret, _ := st.LoadOrCreateSecret(ctx)
-	codec, _ := resume.NewCodec(secret)
+	st, codec := rs.sharedLog(ctx)
 	v := &violations{}
 	k := &checker{codec: codec, ids: &idBook{}, v: v, data: map[string]string{}}
 
@@ -630,6 +632,9 @@ func initializeWith(ctx context.Context, url, caps string) (string, error) {
 		return "", err
 	}
 	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		return "", fmt.Errorf("notifications/initialized: %s", resp.Status)
+	}
 	return sid, nil
 }
 
@@ -702,13 +707,7 @@ func TestReplicasSIGTERM(t *testing.T) {
 	a, b := rs.procs[0], rs.procs[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	st, err := redisstore.Open(ctx, redisstore.Options{URL: rs.redis.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	secret, _ := st.LoadOrCreateSecret(ctx)
-	codec, _ := resume.NewCodec(secret)
+	st, codec := rs.sharedLog(ctx)
 	v := &violations{}
 	k := &checker{codec: codec, ids: &idBook{}, v: v, data: map[string]string{}}
 	sid, err := initialize(ctx, a.url())
