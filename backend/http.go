@@ -114,8 +114,9 @@ type httpSession struct {
 	stopPump    context.CancelFunc
 	lostOnce    sync.Once
 	nextID      uint64
-	calls       map[*httpReply]struct{} // replies in flight, ended by Close
-	inflightIDs map[string]string       // client id (match key) → the backend's id, for calls in flight
+	calls       map[*httpReply]struct{}    // replies in flight, ended by Close
+	inflightIDs map[string]string          // client id (match key) → the backend's id, for calls in flight
+	clientIDs   map[string]json.RawMessage // the backend's id → the client's, for calls in flight
 }
 
 func (s *httpSession) Handle() string { return s.handle }
@@ -307,6 +308,10 @@ func (s *httpSession) rewriteLocked(msg []byte, r *httpReply) ([]byte, error) {
 		}
 		k := wire.MatchKey(client)
 		s.inflightIDs[k] = string(own)
+		if s.clientIDs == nil {
+			s.clientIDs = make(map[string]json.RawMessage)
+		}
+		s.clientIDs[string(own)] = client
 		r.keys = append(r.keys, k)
 		return out, nil
 	}
@@ -475,7 +480,7 @@ func (s *httpSession) pump(ctx context.Context) {
 				failures = 0
 				id, retry, _ := readMessages(resp, func(data []byte) bool {
 					if s.unrelated != nil {
-						s.unrelated(data)
+						s.unrelated(s.clientID(data))
 					}
 					return true
 				})
@@ -577,4 +582,22 @@ func firstResponse(resp *http.Response, id json.RawMessage) ([]byte, error) {
 		err = errors.New("backend ended its answer without a response")
 	}
 	return out, err
+}
+
+// clientID gives a response that a backend sent on its GET stream (which
+// only a server resuming a request stream should do) the client's id back,
+// so that the relay can still relate it to its call.
+func (s *httpSession) clientID(data []byte) []byte {
+	ids := wire.ResponseIDs(data, nil)
+	if len(ids) != 1 {
+		return data
+	}
+	s.mu.Lock()
+	client, ok := s.clientIDs[string(ids[0])]
+	s.mu.Unlock()
+	if !ok {
+		return data
+	}
+	out, _ := wire.ReplaceID(data, client)
+	return out
 }

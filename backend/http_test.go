@@ -1,8 +1,12 @@
 package backend_test
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/mcprelay/mcprelay/backend"
 	"github.com/mcprelay/mcprelay/backend/connectortest"
@@ -24,4 +28,73 @@ func TestUpstreamConnector(t *testing.T) {
 			Lose:      func(t *testing.T, s backend.Session) { be.Restart() },
 		}
 	})
+}
+
+// A backend that answers a call on its GET stream (only a server resuming a
+// request stream should): the answer still carries the client's id, not the
+// connector's own, so that the relay can relate it to the call.
+func TestResponseOnGETStreamKeepsClientID(t *testing.T) {
+	calls := make(chan string, 1)
+	get := make(chan http.ResponseWriter)
+	done := make(chan struct{})
+	defer close(done)
+	srv := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			get <- w
+			<-done
+			return
+		}
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		json.NewDecoder(r.Body).Decode(&m)
+		switch m.Method {
+		case "initialize":
+			w.Header().Set("Mcp-Session-Id", "s1")
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"x","version":"1"}}}`, m.ID)
+		case "tools/call":
+			calls <- string(m.ID)
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(http.StatusOK) // and nothing: the answer goes to the GET stream
+		default:
+			w.WriteHeader(http.StatusAccepted)
+		}
+	})
+	unrelated := make(chan []byte, 1)
+	s, _, err := backend.Handler(srv).Open(t.Context(), backend.Init{
+		Request:   []byte(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`),
+		Unrelated: func(m []byte) { unrelated <- m },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Notify(t.Context(), []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)); err != nil {
+		t.Fatal(err)
+	}
+	w := <-get
+	r, err := s.Call(t.Context(), []byte(`{"jsonrpc":"2.0","id":"c-1","method":"tools/call","params":{"name":"x"}}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	own := <-calls
+	if own == `"c-1"` {
+		t.Fatalf("the backend saw the client's id %s, want the connector's own", own)
+	}
+	fmt.Fprintf(w, "data: {\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{}}\n\n", own)
+	w.(http.Flusher).Flush()
+	select {
+	case m := <-unrelated:
+		if !strings.Contains(string(m), `"id":"c-1"`) {
+			t.Fatalf("the answer on the GET stream: %s, want the client's id \"c-1\"", m)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the answer on the GET stream never came")
+	}
 }

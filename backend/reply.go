@@ -257,6 +257,9 @@ func (r *httpReply) finish() {
 			delete(r.s.inflightIDs, k)
 		}
 	}
+	for _, own := range r.ownIDs {
+		delete(r.s.clientIDs, own)
+	}
 	r.s.mu.Unlock()
 	if r.cancel != nil {
 		r.cancel()
