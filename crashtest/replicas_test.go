@@ -484,9 +484,13 @@ func runReplicaChaos(t *testing.T, run chaosRun) {
 		n["standalone resets"] += r
 	}
 	t.Logf("%d kills in %v (Redis restarted: %v), %d calls: %v; %d event IDs delivered", kills, run.chaos, redisDown, len(all), n, len(ids.seen))
-	// A session whose owner died is served again within the lease TTL and a
-	// second of slack (the goal is 3 s); a Redis restart adds its downtime.
-	if bound := replicaLease + time.Second + time.Duration(btoi(run.redisRestart))*2*time.Second; time.Duration(n["longest unserved ms"])*time.Millisecond > bound {
+	// A session whose owner died is served again once its lease lapses (the
+	// goal is 3 s, reported in the log line above). The bound here is loose,
+	// not a benchmark on a shared machine: it catches a session left
+	// waiting for something far slower than a lease (an idle timeout, a
+	// lease never released), while a replica that took over may itself be
+	// killed mid-restore.
+	if bound := 5*replicaLease + time.Duration(btoi(run.redisRestart))*2*time.Second; time.Duration(n["longest unserved ms"])*time.Millisecond > bound {
 		t.Errorf("a session went unserved for %d ms, more than %v", n["longest unserved ms"], bound)
 	}
 	if n["result"] == 0 || n["lost"] == 0 || n["resume 200"] == 0 || n["sessions re-homed"] == 0 {
