@@ -2,7 +2,6 @@ package relay
 
 import (
 	"errors"
-	"fmt"
 	"math"
 	"net/http"
 	"strconv"
@@ -27,7 +26,7 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request) {
 	if sid != "" {
 		var err error
 		if s, err = h.lookup(r, sid); err != nil {
-			writeUnavailable(w, err)
+			writeUnavailable(w)
 			return
 		}
 	}
@@ -112,7 +111,7 @@ func (h *Handler) serveDELETE(w http.ResponseWriter, r *http.Request) {
 	}
 	s, err := h.lookup(r, sid)
 	if err != nil {
-		writeUnavailable(w, err)
+		writeUnavailable(w)
 		return
 	}
 	if s == nil {
@@ -127,7 +126,7 @@ func (h *Handler) serveDELETE(w http.ResponseWriter, r *http.Request) {
 	// would come back after a restart), and the client must hear so.
 	if err := h.store.DeleteSession(r.Context(), s.id); err != nil && !errors.Is(err, eventlog.ErrNotFound) {
 		h.log.Error("deleting a session from the store", logSession, s.id, "err", err)
-		writeUnavailable(w, fmt.Errorf("%w: the event log could not delete the session", errUnavailable))
+		writeUnavailable(w)
 		return
 	}
 	h.endSession(s, "deleted by the client")

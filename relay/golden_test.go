@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -308,5 +307,3 @@ func TestGolden(t *testing.T) {
 		t.Errorf("golden files without a test: %v", stale)
 	}
 }
-
-var _ = http.StatusOK

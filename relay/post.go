@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"mime"
 	"net/http"
 	"slices"
@@ -48,7 +47,7 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request) {
 	}
 	s, err := h.lookup(r, sid)
 	if err != nil {
-		writeUnavailable(w, err)
+		writeUnavailable(w)
 		return
 	}
 	if s == nil {
@@ -185,7 +184,7 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, body []byte
 		bs.Close()
 		if errors.Is(err, eventlog.ErrUnavailable) {
 			h.log.Error("creating a session: the event log takes no writes", "err", err)
-			writeUnavailable(w, fmt.Errorf("%w: the event log takes no writes", errUnavailable))
+			writeUnavailable(w)
 			return
 		}
 		writeJSONError(w, http.StatusInternalServerError, m.ID, -32603, "mcprelay: creating the session failed")
@@ -241,7 +240,7 @@ func (h *Handler) forwardOneWay(w http.ResponseWriter, r *http.Request, s *sessi
 		// longer exists); re-create the backend so the session goes on.
 		h.log.Warn("dropping one-way messages for a lost backend session", logSession, s.id)
 		if err := h.reincarnate(s, gen); err != nil {
-			writeUnavailable(w, err)
+			writeUnavailable(w)
 			return
 		}
 		err = nil
@@ -311,7 +310,7 @@ func (h *Handler) forwardRequest(w http.ResponseWriter, r *http.Request, s *sess
 		cancel()
 		if errors.Is(err, eventlog.ErrUnavailable) {
 			h.log.Error("a call's stream: the event log takes no writes", logSession, s.id, "err", err)
-			writeUnavailable(w, fmt.Errorf("%w: the event log takes no writes", errUnavailable))
+			writeUnavailable(w)
 			return
 		}
 		h.log.Error("creating a call's stream", logSession, s.id, "err", err)

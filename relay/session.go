@@ -206,9 +206,9 @@ var errUnavailable = errors.New("relay: session temporarily unavailable")
 // restored right now: 503 with Retry-After, so that the client keeps its
 // session and cursor and tries again.
 //
-// The body says nothing of the cause (it may name internal addresses): the
-// caller logs it.
-func writeUnavailable(w http.ResponseWriter, err error) {
+// The body says nothing of the cause (it may name internal addresses):
+// whoever met the cause logs it.
+func writeUnavailable(w http.ResponseWriter) {
 	w.Header().Set("Retry-After", "1")
 	httpError(w, http.StatusServiceUnavailable, "Service Unavailable: the session cannot be served right now; retry")
 }
