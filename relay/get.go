@@ -33,6 +33,9 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request) {
 	if s != nil && !h.checkVersion(w, r, s) {
 		return
 	}
+	if s != nil {
+		s.listen()
+	}
 	if s != nil && lei == "" {
 		// A new standalone stream: what no connection has been given yet,
 		// then live.
@@ -42,7 +45,7 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request) {
 		st.mu.Lock()
 		from := st.delivered
 		st.mu.Unlock()
-		h.serveStream(w, r, s, resume.Tail(st.key, st.gen, from), primes(s))
+		h.serveStream(w, r, s, resume.Tail(st.key, st.gen, from), primes(s), false)
 		return
 	}
 	in := resume.Input{HasSessionHeader: sid != ""}
@@ -93,7 +96,7 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	h.serveStream(w, r, s, d.Plan, false)
+	h.serveStream(w, r, s, d.Plan, false, false)
 }
 
 var rejectText = map[resume.Outcome]string{
