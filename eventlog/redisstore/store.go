@@ -255,6 +255,11 @@ func mapErr(err error) error {
 		case codeLeaseLost:
 			return ErrLeaseLost
 		}
+		switch prefix, _, _ := strings.Cut(re.Error(), " "); prefix {
+		case "LOADING", "BUSY", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "OOM", "MISCONF":
+			// Redis is starting, failing over or full: not now.
+			return fmt.Errorf("redisstore: %w: %w", eventlog.ErrUnavailable, err)
+		}
 		return fmt.Errorf("redisstore: %w", err)
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
@@ -263,7 +268,9 @@ func mapErr(err error) error {
 	if errors.Is(err, rueidis.ErrClosing) {
 		return ErrClosed
 	}
-	return fmt.Errorf("redisstore: %w", err)
+	// Redis cannot be reached (refused, reset, a timeout of the client's):
+	// retry later.
+	return fmt.Errorf("redisstore: %w: %w", eventlog.ErrUnavailable, err)
 }
 
 func (s *Store) exec(ctx context.Context, l *rueidis.Lua, key string, args ...string) rueidis.RedisResult {
