@@ -42,7 +42,7 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request) {
 		st.mu.Lock()
 		from := st.delivered
 		st.mu.Unlock()
-		h.serveStream(w, r, s, resume.Tail(st.key, st.gen, from), primes(s))
+		h.serveStream(w, r, s, resume.Tail(st.key, st.gen, from), opensStream)
 		return
 	}
 	in := resume.Input{HasSessionHeader: sid != ""}
@@ -93,7 +93,11 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	h.serveStream(w, r, s, d.Plan, false)
+	kind := resumesRequest
+	if in.Stream != nil && in.Stream.Standalone {
+		kind = resumesStandalone
+	}
+	h.serveStream(w, r, s, d.Plan, kind)
 }
 
 var rejectText = map[resume.Outcome]string{
