@@ -226,7 +226,7 @@ func TestReadTreeMem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if child.Procs != 1 || child.RSS == 0 {
+	if child.Procs != 1 || child.RSS == 0 || child.Root != child.RSS {
 		t.Fatalf("the child alone: %+v", child)
 	}
 	if with.Procs != alone.Procs+1 {

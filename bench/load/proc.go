@@ -12,6 +12,7 @@ import (
 // TreeMem is the resident memory of a process and all its descendants.
 type TreeMem struct {
 	RSS   uint64 `json:"rss"`   // sum of VmRSS, bytes
+	Root  uint64 `json:"root"`  // VmRSS of the process itself, bytes
 	Procs int    `json:"procs"` // the process and its descendants
 }
 
@@ -46,6 +47,9 @@ func ReadTreeMem(pid int) (TreeMem, error) {
 				return TreeMem{}, fmt.Errorf("load: memory of process %d: %w", pid, err)
 			}
 			continue
+		}
+		if p == pid {
+			m.Root = rss
 		}
 		m.RSS += rss
 		m.Procs++

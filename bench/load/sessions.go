@@ -50,6 +50,8 @@ type SessionMemResult struct {
 	PerSession float64 `json:"per_session_bytes"`
 	// Added is (Open.RSS - Before.RSS) / Sessions: what each session adds.
 	Added float64 `json:"added_per_session_bytes"`
+	// RootAdded is Added for the server process alone, without children.
+	RootAdded float64 `json:"root_added_per_session_bytes"`
 }
 
 // SessionMem opens n sessions, each with one tools/call answered (so that a
@@ -80,5 +82,6 @@ func SessionMem(ctx context.Context, c *Client, n int, mem func() (TreeMem, erro
 	}
 	res.PerSession = float64(res.Open.RSS) / float64(n)
 	res.Added = (float64(res.Open.RSS) - float64(res.Before.RSS)) / float64(n)
+	res.RootAdded = (float64(res.Open.Root) - float64(res.Before.Root)) / float64(n)
 	return res, nil
 }

@@ -470,7 +470,7 @@ func sessionWorkloads(exe string, cfg config, run int, name string, res *results
 			fail("mem", err)
 		} else {
 			res.add(name, "mem", map[string]float64{
-				"mem_rss_per_session_B": r.PerSession, "mem_added_per_session_B": r.Added,
+				"mem_rss_per_session_B": r.PerSession, "mem_added_per_session_B": r.Added, "mem_server_added_per_session_B": r.RootAdded,
 				"mem_rss_before_B": float64(r.Before.RSS), "mem_procs": float64(r.Open.Procs)})
 		}
 	}

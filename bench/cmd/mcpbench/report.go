@@ -190,6 +190,7 @@ var tables = []table{
 	}, []column{
 		{metric: "mem_rss_per_session_B", head: "RSS B/session (all ÷ sessions)", format: num},
 		{metric: "mem_added_per_session_B", head: "added B/session", format: num},
+		{metric: "mem_server_added_per_session_B", head: "of which the server process", format: num},
 		{metric: "mem_rss_before_B", head: "RSS B before", format: num},
 		{metric: "mem_procs", head: "processes", format: num},
 	}},

@@ -24,6 +24,10 @@ const (
 // startSupergateway runs node with supergateway on a free loopback port;
 // dir is the bench module's directory.
 func startSupergateway(exe, dir string, verbose bool) (*server, error) {
+	dir, err := filepath.Abs(dir) // node reads a bare --require path as a package name
+	if err != nil {
+		return nil, err
+	}
 	script := filepath.Join(dir, supergatewayScript)
 	if _, err := os.Stat(script); errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("supergateway is not installed at %s: run npm ci in %s (scripts/test does)", script, filepath.Join(dir, "node"))
