@@ -328,24 +328,40 @@ func (s *server) stop() {
 // children (stdio servers), for the mem workload.
 func (s *server) treeMem() (load.TreeMem, error) { return load.ReadTreeMem(s.cmd.Process.Pid) }
 
-// runTarget runs the selected workloads against one target: the throughput
-// workloads in one server process, idle and resume in a fresh one.
-func runTarget(exe string, cfg config, run int, name string, res *results) {
-	t, _ := findTarget(name)
-	fail := func(w string, err error) {
+// failer records a workload's failure in res (and logs it with -v).
+func failer(res *results, cfg config, run int, name string) func(workload string, err error) {
+	return func(w string, err error) {
 		res.fail(name, w, run, err)
 		cfg.logf("  %s %s: %v", name, w, err)
 	}
+}
+
+// startWarm starts a fresh server process for a phase and warms it up (a
+// session and a call; a failed warm-up is recorded, the workloads still
+// run). It returns nil when the server did not start (recorded too).
+func startWarm(exe string, cfg config, name, phase string, fail func(string, error)) (*server, *load.Client) {
+	srv, err := startServer(exe, cfg, name, phase)
+	if err != nil {
+		fail("start", err)
+		return nil, nil
+	}
+	c := load.NewClient(srv.url + "/mcp")
+	if err := warmUp(c, cfg.timeout); err != nil {
+		fail("warm-up", err)
+	}
+	return srv, c
+}
+
+// runTarget runs the selected workloads against one target: the throughput
+// workloads in one server process, first and mem in another, idle and
+// resume in a third.
+func runTarget(exe string, cfg config, run int, name string, res *results) {
+	t, _ := findTarget(name)
+	fail := failer(res, cfg, run, name)
 	if cfg.has("rt") || cfg.has("stream") || cfg.has("streams") {
-		srv, err := startServer(exe, cfg, name, "throughput")
-		if err != nil {
-			fail("start", err)
+		srv, c := startWarm(exe, cfg, name, "throughput", fail)
+		if srv == nil {
 			return
-		}
-		c := load.NewClient(srv.url + "/mcp")
-		// Warm up: a session and a call.
-		if err := warmUp(c, cfg.timeout); err != nil {
-			fail("warm-up", err)
 		}
 		if cfg.has("rt") {
 			cfg.logf("run %d %s rt", run+1, name)
@@ -389,17 +405,12 @@ func runTarget(exe string, cfg config, run int, name string, res *results) {
 	if !(cfg.has("idle") && !t.external) && !(cfg.has("resume") && t.resumable) {
 		return
 	}
-	srv, err := startServer(exe, cfg, name, "idle")
-	if err != nil {
-		fail("start", err)
+	srv, c := startWarm(exe, cfg, name, "idle", fail)
+	if srv == nil {
 		return
 	}
 	defer srv.stop()
-	c := load.NewClient(srv.url + "/mcp")
 	defer c.CloseIdle()
-	if err := warmUp(c, cfg.timeout); err != nil {
-		fail("warm-up", err)
-	}
 	if cfg.has("idle") {
 		cfg.logf("run %d %s idle (%d sessions)", run+1, name, cfg.idleSessions)
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
@@ -446,21 +457,13 @@ func runTarget(exe string, cfg config, run int, name string, res *results) {
 // sessionWorkloads runs mem, then first, in a fresh server process: the
 // memory is read with nothing open but the warm-up's (deleted) session.
 func sessionWorkloads(exe string, cfg config, run int, name string, res *results) {
-	fail := func(w string, err error) {
-		res.fail(name, w, run, err)
-		cfg.logf("  %s %s: %v", name, w, err)
-	}
-	srv, err := startServer(exe, cfg, name, "sessions")
-	if err != nil {
-		fail("start", err)
+	fail := failer(res, cfg, run, name)
+	srv, c := startWarm(exe, cfg, name, "sessions", fail)
+	if srv == nil {
 		return
 	}
 	defer srv.stop()
-	c := load.NewClient(srv.url + "/mcp")
 	defer c.CloseIdle()
-	if err := warmUp(c, cfg.timeout); err != nil {
-		fail("warm-up", err)
-	}
 	if cfg.has("mem") {
 		cfg.logf("run %d %s mem (%d sessions)", run+1, name, cfg.memSessions)
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
