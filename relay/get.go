@@ -93,11 +93,7 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	kind := resumesRequest
-	if in.Stream != nil && in.Stream.Standalone {
-		kind = resumesStandalone
-	}
-	h.serveStream(w, r, s, d.Plan, kind)
+	h.serveStream(w, r, s, d.Plan, resumesStream)
 }
 
 var rejectText = map[resume.Outcome]string{

@@ -1,6 +1,7 @@
 package relay_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"sync/atomic"
@@ -112,23 +113,54 @@ func TestRelayPollInterval(t *testing.T) {
 	}
 }
 
-// TestRelayPollIntervalStandalone: every connection to the standalone
-// stream, opening or resuming it, is closed for polling with retry and an
-// id to resume from.
+// TestRelayPollIntervalStandalone: the GET that opens the standalone
+// stream is closed for polling with retry and an id; the GET that resumes
+// from that id is not closed again.
 func TestRelayPollIntervalStandalone(t *testing.T) {
-	e := newEnv(t, relay.Options{PollInterval: 100 * time.Millisecond})
+	e := newEnv(t, relay.Options{PollInterval: 50 * time.Millisecond})
 	s := e.initialize("2025-11-25", "")
-	cursor := ""
-	for round := range 3 {
-		evs, ended := events(t, s.get(cursor), 0, 5*time.Second)
-		if !ended {
-			t.Fatalf("round %d: the standalone stream was not closed for polling", round)
-		}
-		last := evs[len(evs)-1]
-		if last.Retry != 100*time.Millisecond || last.ID == "" {
-			t.Fatalf("round %d: closed without retry and an id: %+v", round, evs)
-		}
-		cursor = last.ID
+	evs, ended := events(t, s.get(""), 0, 5*time.Second)
+	if !ended {
+		t.Fatal("the standalone stream was not closed for polling")
+	}
+	last := evs[len(evs)-1]
+	if last.Retry != 50*time.Millisecond || last.ID == "" {
+		t.Fatalf("closed without retry and an id: %+v", evs)
+	}
+	// Ten intervals: on a slow machine this only proves less, it never
+	// fails wrongly.
+	if evs, ended := events(t, s.get(last.ID), 0, 500*time.Millisecond); ended {
+		t.Fatalf("the resumed standalone stream was closed: %+v", evs)
+	}
+}
+
+// TestPollIntervalGoSDKClient: the official Go SDK client (v1.8.0) counts
+// a reconnect whose last event ID did not advance as a retry without
+// progress and fails the whole session after five. A poll close of a
+// stream with nothing new carries no new id, so a relay that closed
+// resumed streams again broke the session within six intervals of an idle
+// standalone stream or of a quiet call. Regression test: idle for many
+// intervals, then a call quiet for many intervals.
+func TestPollIntervalGoSDKClient(t *testing.T) {
+	e := newEnv(t, relay.Options{PollInterval: 10 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := mcp.NewClient(&mcp.Implementation{Name: "sdk-poll", Version: "1"}, nil)
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: e.url}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	time.Sleep(300 * time.Millisecond) // idle: about 30 intervals
+	out, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "count", Arguments: map[string]any{"n": 1, "interval_ms": 300}})
+	if err != nil {
+		t.Fatalf("a call after the session idled across poll intervals: %v", err)
+	}
+	if txt := out.Content[0].(*mcp.TextContent).Text; txt != "counted 1" {
+		t.Fatalf("result %q", txt)
+	}
+	if _, err := cs.ListTools(ctx, nil); err != nil {
+		t.Fatalf("the session after a quiet call: %v", err)
 	}
 }
 

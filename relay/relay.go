@@ -58,13 +58,13 @@ type Options struct {
 	// one is rejected as forged, never misattributed).
 	Secret []byte
 
-	// PollInterval, when positive, makes the relay close connections of
-	// clients at protocol 2025-11-25 or later after this long, sending
-	// "retry" first, so the client resumes by GET: a POST's response
-	// stream (once: the GET that resumes a request stream runs until the
-	// response) and every connection to the standalone stream. Long calls
-	// then survive proxies with idle timeouts, and a stdio server (which
-	// cannot close an HTTP stream) is polled as SEP-1699 describes. Zero
+	// PollInterval, when positive, makes the relay close a connection
+	// that opens a stream (a POST's response, a GET without
+	// Last-Event-ID) of a client at protocol 2025-11-25 or later after
+	// this long, sending "retry" first, so the client resumes by GET. A
+	// connection that resumes (Last-Event-ID) is never closed for polling:
+	// a client that resumes once gets the rest. A stdio server, which
+	// cannot close an HTTP stream, is polled this way (SEP-1699). Zero
 	// never closes early (the relay still relays an upstream's own
 	// server-initiated close).
 	PollInterval time.Duration

@@ -33,28 +33,20 @@ const (
 	// opensStream: a POST's response, or a GET without Last-Event-ID. It
 	// is primed (2025-11-25 clients) and closed after PollInterval.
 	opensStream connKind = iota
-	// resumesRequest: a GET with Last-Event-ID of a request stream. It is
-	// never closed for polling: it runs until the response (the stream's
-	// end), so a request stream is closed by the relay's poll timer at
-	// most once, on its POST, and a client that resumes once gets the
-	// response.
-	resumesRequest
-	// resumesStandalone: a GET with Last-Event-ID of the standalone
-	// stream, closed after PollInterval like an opening one: no response
-	// waits on it, and what the client has not been given stays in the
-	// log for its next GET.
-	resumesStandalone
+	// resumesStream: a GET with Last-Event-ID. It is never closed for
+	// polling: it runs until its stream ends (a request stream: the
+	// response) or the client leaves. A stream is therefore closed by the
+	// relay's poll timer at most once per opening, and a client that
+	// resumes once gets everything.
+	resumesStream
 )
-
-// pollable reports whether the relay's own poll timer may close a
-// connection of this kind.
-func (k connKind) pollable() bool { return k != resumesRequest }
 
 // serveStream writes a stream to the client as SSE, executing plan p
 // (resume.Plan): priming event (a connection that opens its stream),
 // resets, replay from the log, then live events as they are logged, until
 // the stream ends, the connection is taken over, the client leaves, the
-// poll interval passes (kind.pollable), or the relay shuts down.
+// poll interval passes (a connection that opens its stream), or the relay
+// shuts down.
 func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, s *session, p resume.Plan, kind connKind) {
 	hdr := w.Header()
 	hdr.Set("Content-Type", "text/event-stream")
@@ -77,7 +69,7 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, s *session
 		return
 	}
 	var pollC <-chan time.Time
-	if h.opts.PollInterval > 0 && primes(s) && kind.pollable() {
+	if h.opts.PollInterval > 0 && primes(s) && kind == opensStream {
 		t := time.NewTimer(h.opts.PollInterval)
 		defer t.Stop()
 		pollC = t.C
