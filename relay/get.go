@@ -45,7 +45,7 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request) {
 		st.mu.Lock()
 		from := st.delivered
 		st.mu.Unlock()
-		h.serveStream(w, r, s, resume.Tail(st.key, st.gen, from), primes(s), false)
+		h.serveStream(w, r, s, resume.Tail(st.key, st.gen, from), opensStream)
 		return
 	}
 	in := resume.Input{HasSessionHeader: sid != ""}
@@ -96,7 +96,7 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	h.serveStream(w, r, s, d.Plan, false, false)
+	h.serveStream(w, r, s, d.Plan, resumesStream)
 }
 
 var rejectText = map[resume.Outcome]string{

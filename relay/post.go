@@ -344,7 +344,7 @@ func (h *Handler) forwardRequest(w http.ResponseWriter, r *http.Request, s *sess
 		s.mu.Unlock()
 		go h.pumpRequest(pctx, st, rep)
 	}
-	h.serveStream(w, r, s, resume.Tail(st.key, st.gen, 0), primes(s), true)
+	h.serveStream(w, r, s, resume.Tail(st.key, st.gen, 0), opensCall)
 }
 
 // writeBackendError answers a message the backend did not take: its own

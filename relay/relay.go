@@ -58,11 +58,15 @@ type Options struct {
 	// one is rejected as forged, never misattributed).
 	Secret []byte
 
-	// PollInterval, when positive, makes the relay close request and
-	// standalone streams of clients at protocol 2025-11-25 or later after
-	// this long, sending "retry" first, so the client resumes by GET: long
-	// calls then survive proxies with idle timeouts. Zero never closes early
-	// (the relay still relays an upstream's own server-initiated close).
+	// PollInterval, when positive, makes the relay close a connection
+	// that opens a stream (a POST's response, a GET without
+	// Last-Event-ID) of a client at protocol 2025-11-25 or later after
+	// this long, sending "retry" first, so the client resumes by GET. A
+	// connection that resumes (Last-Event-ID) is never closed for polling:
+	// a client that resumes once gets the rest. A stdio server, which
+	// cannot close an HTTP stream, is polled this way (SEP-1699). Zero
+	// never closes early (the relay still relays an upstream's own
+	// server-initiated close).
 	PollInterval time.Duration
 
 	// AllowedOrigins lists the Origin header values accepted (exact match,

@@ -38,7 +38,7 @@ func serve(args []string) error {
 		retainEvents  = fs.Int("retain-events", 10000, "events kept per session, across its streams")
 		retainBytes   = fs.Int64("retain-bytes", 8<<20, "bytes of event data kept per session")
 		grace         = fs.Duration("terminal-grace", 5*time.Minute, "how long a finished stream stays resumable")
-		poll          = fs.Duration("poll-interval", 0, "close streams of 2025-11-25 clients after this long with retry, so they resume by GET (0: never)")
+		poll          = fs.Duration("poll-interval", 0, "close a POST's stream or a GET without Last-Event-ID of a 2025-11-25 client after this long with retry, so it resumes by GET; resumed GETs are not closed (0: never)")
 		origins       = fs.String("allowed-origins", "", "comma-separated Origin values accepted (default: loopback and same-host origins)")
 		hosts         = fs.String("allowed-hosts", "", "comma-separated Host values accepted (default: any; loopback names only on a loopback listener)")
 		idle          = fs.Duration("session-idle-timeout", time.Hour, "expire sessions idle this long (negative: never)")

@@ -61,9 +61,12 @@ describe('TypeScript SDK client through mcprelay (polling every 200ms)', () => {
     assert.equal(failed.isError, true);
   });
 
+  // The relay closes the call's POST stream once, after 200 ms; the GET
+  // that resumes it runs to the result (resumed streams are not closed
+  // again). The standalone stream was opened, closed and resumed before.
   const cases = [
     { name: 'progress on a short call', count: 5, intervalMs: 10, minResumes: 0 },
-    { name: 'progress across server-initiated closes', count: 12, intervalMs: 100, minResumes: 3 },
+    { name: 'progress across a server-initiated close', count: 12, intervalMs: 100, minResumes: 1 },
   ];
   for (const c of cases) {
     test(c.name, async () => {
