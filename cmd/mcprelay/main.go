@@ -7,6 +7,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 )
@@ -17,6 +19,7 @@ commands:
   serve            run the relay (default: in front of the built-in example server on 127.0.0.1:8080/mcp)
   probe            audit any MCP server URL for unsafe resumption (exit 1 if unsafe)
   example-server   run the built-in example server alone (to put behind "serve --upstream")
+  version          print the version, VCS revision and Go version (also --version)
 
 Run "mcprelay <command> -h" for a command's flags.
 `
@@ -34,6 +37,9 @@ func main() {
 		err = probeCmd(os.Args[2:])
 	case "example-server":
 		err = exampleServer(os.Args[2:])
+	case "version", "-version", "--version":
+		fmt.Println(version())
+		return
 	case "-h", "-help", "--help", "help":
 		fmt.Print(usage)
 		return
@@ -41,7 +47,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "mcprelay: unknown command %q\n\n%s", os.Args[1], usage)
 		os.Exit(2)
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(os.Stderr, "mcprelay:", err)
 		os.Exit(1)
 	}
