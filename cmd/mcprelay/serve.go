@@ -192,11 +192,7 @@ func serve(args []string) error {
 	}
 	defer h.Close()
 
-	mux := http.NewServeMux()
-	mux.Handle("/mcp", authn.protect(h))
-	authn.mount(mux)
-	mux.Handle("/metrics", h.Metrics())
-	srv := newServer(mux, bodyTimeout)
+	srv := newServer(routes(h, h, authn), bodyTimeout)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	errc := make(chan error, 1)
@@ -223,6 +219,18 @@ func serve(args []string) error {
 		log.Warn("shutdown", "err", err)
 	}
 	return nil
+}
+
+// routes serves the MCP endpoint mcp (the relay h) with authn's token
+// check and metadata, and h's metrics. CORS comes before the token check:
+// a preflight carries no token, and a browser script must be able to read
+// a 401's challenge.
+func routes(h *relay.Handler, mcp http.Handler, authn *authSetup) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", h.CORS(authn.protect(mcp)))
+	authn.mount(mux) // its metadata answers any origin (Access-Control-Allow-Origin: *)
+	mux.Handle("/metrics", h.Metrics())
+	return mux
 }
 
 func splitList(s string) []string {
