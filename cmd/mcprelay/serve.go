@@ -144,6 +144,7 @@ func serve(args []string) error {
 		up.ResponseTimeout = *f.upTimeout
 		conn = up
 		target = *f.upstream
+		go warnIfUnreachable(context.Background(), u, log)
 	}
 	authn, err := f.auth.setup(*f.addr, log)
 	if err != nil {
