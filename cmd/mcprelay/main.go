@@ -18,6 +18,7 @@ const usage = `usage: mcprelay <command> [flags]
 commands:
   serve            run the relay (default: in front of the built-in example server on 127.0.0.1:8080/mcp)
   probe            audit any MCP server URL for unsafe resumption (exit 1 if unsafe)
+  sessions         list the sessions of a relay's disk store (read-only)
   example-server   run the built-in example server alone (to put behind "serve --upstream")
   version          print the version, VCS revision and Go version (also --version)
 
@@ -35,6 +36,8 @@ func main() {
 		err = serve(os.Args[2:])
 	case "probe":
 		err = probeCmd(os.Args[2:])
+	case "sessions":
+		err = sessionsCmd(os.Args[2:])
 	case "example-server":
 		err = exampleServer(os.Args[2:])
 	case "version", "-version", "--version":
