@@ -3,7 +3,6 @@ package relay_test
 import (
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 
 	"github.com/mcprelay/mcprelay/backend"
@@ -51,19 +50,7 @@ func TestCORSPreflight(t *testing.T) {
 		{"not a preflight", nil, 204, map[string]string{"Allow": "GET, POST, DELETE, OPTIONS", "Access-Control-Allow-Origin": ""}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			req, _ := http.NewRequest("OPTIONS", url, nil)
-			for k, v := range c.hdr {
-				if k == "Host" {
-					req.Host = v
-				} else {
-					req.Header.Set(k, v)
-				}
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
+			resp := send(t, "OPTIONS", url, "", c.hdr)
 			if resp.StatusCode != c.status {
 				t.Fatalf("status %d, want %d", resp.StatusCode, c.status)
 			}
@@ -83,16 +70,7 @@ func TestCORSPreflight(t *testing.T) {
 func TestCORSResponses(t *testing.T) {
 	const init = `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"o","version":"1"}}}`
 	post := func(url, origin string) *http.Response {
-		req, _ := http.NewRequest("POST", url, strings.NewReader(init))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		req.Header.Set("Origin", origin)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp
+		return send(t, "POST", url, init, map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream", "Origin": origin})
 	}
 	url := corsRelay(t, "http://127.0.0.1:5173")
 	resp := post(url, "http://127.0.0.1:5173")
@@ -114,12 +92,7 @@ func TestCORSResponses(t *testing.T) {
 	if resp.StatusCode != 200 || resp.Header.Get("Access-Control-Allow-Origin") != "" {
 		t.Errorf("no list, loopback origin: %s, Access-Control-Allow-Origin %q", resp.Status, resp.Header.Get("Access-Control-Allow-Origin"))
 	}
-	req, _ := http.NewRequest("OPTIONS", unlisted, nil)
-	req.Header.Set("Origin", "http://localhost:5173")
-	req.Header.Set("Access-Control-Request-Method", "POST")
-	if resp, err := http.DefaultClient.Do(req); err != nil {
-		t.Fatal(err)
-	} else if resp.Body.Close(); resp.StatusCode != 403 {
+	if resp := send(t, "OPTIONS", unlisted, "", map[string]string{"Origin": "http://localhost:5173", "Access-Control-Request-Method": "POST"}); resp.StatusCode != 403 {
 		t.Errorf("no list, preflight from a loopback origin: %s, want 403", resp.Status)
 	}
 }
