@@ -9,6 +9,7 @@ require (
 	github.com/google/jsonschema-go v0.4.3
 	github.com/lestrrat-go/jwx/v3 v3.4.0
 	github.com/modelcontextprotocol/go-sdk v1.8.0
+	github.com/peterbourgon/ff/v3 v3.4.0
 	github.com/redis/rueidis v1.0.79
 	golang.org/x/tools v0.52.0
 )

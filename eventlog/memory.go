@@ -466,6 +466,35 @@ func (m *Memory) Streams(ctx context.Context, session string) ([]Stream, error) 
 	return out, nil
 }
 
+// ListSessions returns a summary of every session, in any order. Each is
+// consistent in itself; sessions created or deleted meanwhile may or may
+// not be listed.
+func (m *Memory) ListSessions(ctx context.Context) ([]SessionSummary, error) {
+	if err := m.check(ctx); err != nil {
+		return nil, err
+	}
+	var all []*memSession
+	for i := range m.sessions {
+		sh := &m.sessions[i]
+		sh.mu.RLock()
+		for _, ss := range sh.m {
+			all = append(all, ss)
+		}
+		sh.mu.RUnlock()
+	}
+	out := make([]SessionSummary, 0, len(all))
+	now := time.Now()
+	for _, ss := range all {
+		ss.mu.Lock()
+		m.expireLocked(ss, now)
+		if !ss.gone {
+			out = append(out, SessionSummary{Session: cloneSession(&ss.rec), Streams: len(ss.streams), Events: ss.events, Bytes: ss.bytes})
+		}
+		ss.mu.Unlock()
+	}
+	return out, nil
+}
+
 // Close drops everything the store holds. Later calls fail. Close is
 // idempotent.
 func (m *Memory) Close() error {

@@ -134,6 +134,29 @@ func newEnv(t *testing.T, opts relay.Options) *env {
 	return e
 }
 
+// send makes one request with headers hdr ("Host" sets the request's
+// host) and returns the response, its body closed.
+func send(t *testing.T, method, url, body string, hdr map[string]string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		if k == "Host" {
+			req.Host = v
+		} else {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp
+}
+
 // rawSession speaks the transport by hand, to observe exactly what the
 // relay sends.
 type rawSession struct {
