@@ -117,6 +117,10 @@ func (h *Handler) postWithoutSession(w http.ResponseWriter, r *http.Request, bod
 				"Invalid Request: this relay's backend serves only session-based MCP (2025-03-26 to 2025-11-25): initialize first")
 			return
 		}
+		if !h.opts.ForwardAuthorization && r.Header.Get("Authorization") != "" {
+			r = r.Clone(r.Context())
+			r.Header.Del("Authorization")
+		}
 		sl.ServeStateless(w, r, body)
 		return
 	}
@@ -151,7 +155,7 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, body []byte
 	s := &session{
 		id:          newSessionID(),
 		principal:   h.principal(r),
-		authz:       r.Header.Get("Authorization"),
+		authz:       h.forwardedAuthz(r),
 		incarnation: 1,
 	}
 	bs, res, err := h.openBackend(r.Context(), s, 1, body)

@@ -107,6 +107,18 @@ type Options struct {
 	// (for example from an authenticating middleware's verified subject) so
 	// that a refreshed token keeps them. It must be cheap and deterministic.
 	Identity func(*http.Request) string
+
+	// ForwardAuthorization sends the client's Authorization header to the
+	// backend: on every request of a session, the header of the request
+	// that created the session (or restored it after a restart or on
+	// another replica); on a stateless request, its own. Discouraged: a
+	// token issued for the relay is then replayed to another service (the
+	// MCP authorization specification forbids token passthrough), and a
+	// client that refreshes its token keeps sending the old one upstream.
+	// False (the default): the backend never sees the client's
+	// Authorization; give it credentials of its own with
+	// backend.Upstream.Header.
+	ForwardAuthorization bool
 }
 
 // Handler is the relay's http.Handler. Create it with [New]; it is safe for

@@ -21,7 +21,7 @@ type session struct {
 	id        string
 	principal string
 	version   string // negotiated protocol version
-	authz     string // Authorization forwarded to the backend
+	authz     string // Authorization forwarded to the backend (Options.ForwardAuthorization)
 
 	reinitMu sync.Mutex // serializes re-creation of the backend side
 

@@ -52,10 +52,13 @@ func serve(args []string) error {
 		maxChildren   = fs.Int("max-children", 0, "with -- COMMAND: the most stdio children at once (one per session); beyond it new sessions get 503 (0: 64)")
 		envFile       = fs.String("env-file", "", "with -- COMMAND: K=V lines added to the children's environment")
 		cwd           = fs.String("cwd", "", "with -- COMMAND: the children's working directory")
+		forwardAuthz  = fs.Bool("forward-authorization", false, "send the client's Authorization header to the upstream (discouraged: the upstream gets the client's token, and after a refresh still the old one; prefer --upstream-header)")
 		authOpts      = addAuthFlags(fs)
 		envs          envList
+		upHeaders     headerList
 	)
 	fs.Var(&envs, "env", "with -- COMMAND: K=V added to the children's environment (repeatable; wins over --env-file)")
+	fs.Var(&upHeaders, "upstream-header", "'Name: value' sent on every request to the upstream; the value may be $VAR (from the environment) or @file:PATH (a file's contents) to keep secrets out of the process list (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -65,6 +68,12 @@ func serve(args []string) error {
 	command := fs.Args() // after "--": a stdio server to run per session
 	if len(command) > 0 && *upstream != "" {
 		return errors.New("serve: give --upstream or -- COMMAND, not both")
+	}
+	if len(command) > 0 && (upHeaders.h != nil || *forwardAuthz) {
+		return errors.New("serve: --upstream-header and --forward-authorization go with an HTTP upstream, not -- COMMAND")
+	}
+	if *forwardAuthz && upHeaders.h.Get("Authorization") != "" {
+		return errors.New("serve: --forward-authorization and --upstream-header 'Authorization: ...' contradict each other")
 	}
 	if len(command) == 0 && (*maxChildren != 0 || len(envs) > 0 || *envFile != "" || *cwd != "") {
 		return errors.New("serve: --max-children, --env, --env-file and --cwd go with -- COMMAND")
@@ -95,7 +104,9 @@ func serve(args []string) error {
 		// the relay resumes that upstream stream and carries the close to
 		// the client.
 		srv := exampleserver.New(&exampleserver.Options{Logger: log.With("component", "example-server")})
-		conn = backend.SDK(srv, &mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)})
+		up := backend.SDK(srv, &mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)})
+		up.Header = upHeaders.h
+		conn = up
 	default:
 		u, err := url.Parse(*upstream)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -104,6 +115,7 @@ func serve(args []string) error {
 		up := backend.Remote(*upstream)
 		up.StatelessURL = *statelessURL
 		up.ResponseTimeout = *upTimeout
+		up.Header = upHeaders.h
 		conn = up
 		target = *upstream
 	}
@@ -136,18 +148,19 @@ func serve(args []string) error {
 		return errors.New("serve: --advertise and --secret-file go with --store redis://")
 	}
 	h, err := relay.New(relay.Options{
-		Cluster:            cluster,
-		LeaseTTL:           *leaseTTL,
-		Backend:            conn,
-		Store:              store,
-		Secret:             secret,
-		PollInterval:       *poll,
-		AllowedOrigins:     splitList(*origins),
-		AllowedHosts:       splitList(*hosts),
-		MaxBodyBytes:       *maxBody,
-		SessionIdleTimeout: *idle,
-		Logger:             log,
-		Identity:           authn.identity,
+		Cluster:              cluster,
+		LeaseTTL:             *leaseTTL,
+		Backend:              conn,
+		Store:                store,
+		Secret:               secret,
+		PollInterval:         *poll,
+		AllowedOrigins:       splitList(*origins),
+		AllowedHosts:         splitList(*hosts),
+		MaxBodyBytes:         *maxBody,
+		SessionIdleTimeout:   *idle,
+		Logger:               log,
+		Identity:             authn.identity,
+		ForwardAuthorization: *forwardAuthz,
 	})
 	if err != nil {
 		return err
