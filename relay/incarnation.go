@@ -136,6 +136,8 @@ func (h *Handler) restore(r *http.Request, id string) (*session, error) {
 	s.backend = bs
 	s.standalone = st
 	s.mu.Unlock()
+	s.limitKey = limitKey(r, s.principal)
+	h.limits.take(s.limitKey) // counted, never refused: the session exists
 	h.mu.Lock()
 	h.sessions[id] = s
 	h.mu.Unlock()

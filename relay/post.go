@@ -158,6 +158,19 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, body []byte
 		authz:       h.forwardedAuthz(r),
 		incarnation: 1,
 	}
+	s.limitKey = limitKey(r, s.principal)
+	if f := h.limits.admit(r.Context(), s.limitKey); f != nil {
+		h.counts.add("rejected/" + f.reason)
+		h.log.Info("new session refused", logReason, f.reason, logStatus, f.status, "remote", r.RemoteAddr)
+		writeRefusal(w, f)
+		return
+	}
+	created := false
+	defer func() {
+		if !created {
+			h.limits.release(s.limitKey)
+		}
+	}()
 	bs, res, err := h.openBackend(r.Context(), s, 1, body)
 	if err != nil {
 		h.writeBackendError(w, []json.RawMessage{m.ID}, err)
@@ -195,6 +208,7 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, body []byte
 		h.log.Error("creating a session", "err", err)
 		return
 	}
+	created = true
 	w.Header().Set(headerSessionID, s.id)
 	writeJSON(w, http.StatusOK, res)
 }

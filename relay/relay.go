@@ -119,6 +119,11 @@ type Options struct {
 	// Authorization; give it credentials of its own with
 	// backend.Upstream.Header.
 	ForwardAuthorization bool
+
+	// Limits bounds session creation: sessions in all and per principal, a
+	// creation rate per principal, the store's size. The zero value sets no
+	// bound.
+	Limits Limits
 }
 
 // Handler is the relay's http.Handler. Create it with [New]; it is safe for
@@ -134,6 +139,7 @@ type Handler struct {
 	peers      *http.Client
 	keeperDone chan struct{}
 	store      eventlog.Store
+	limits     *sessionLimits
 	codec      *resume.Codec
 	log        *slog.Logger
 	ctx        context.Context // cancelled by Close: ends pumps
@@ -203,6 +209,10 @@ func New(opts Options) (*Handler, error) {
 	if store == nil {
 		store = eventlog.NewMemory(eventlog.Retention{})
 	}
+	limits, err := newSessionLimits(opts.Limits, store)
+	if err != nil {
+		return nil, err
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -212,6 +222,7 @@ func New(opts Options) (*Handler, error) {
 		opts:        opts,
 		conn:        opts.Backend,
 		store:       store,
+		limits:      limits,
 		codec:       codec,
 		log:         log,
 		ctx:         ctx,

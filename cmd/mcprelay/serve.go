@@ -54,6 +54,7 @@ func serve(args []string) error {
 		cwd           = fs.String("cwd", "", "with -- COMMAND: the children's working directory")
 		forwardAuthz  = fs.Bool("forward-authorization", false, "send the client's Authorization header to the upstream (discouraged: the upstream gets the client's token, and after a refresh still the old one; prefer --upstream-header)")
 		authOpts      = addAuthFlags(fs)
+		limitOpts     = addLimitFlags(fs)
 		envs          envList
 		upHeaders     headerList
 	)
@@ -77,6 +78,10 @@ func serve(args []string) error {
 	}
 	if len(command) == 0 && (*maxChildren != 0 || len(envs) > 0 || *envFile != "" || *cwd != "") {
 		return errors.New("serve: --max-children, --env, --env-file and --cwd go with -- COMMAND")
+	}
+	limits, err := limitOpts.limits()
+	if err != nil {
+		return err
 	}
 	log, err := newLogger(*logFormat, *logLevel)
 	if err != nil {
@@ -161,6 +166,7 @@ func serve(args []string) error {
 		Logger:               log,
 		Identity:             authn.identity,
 		ForwardAuthorization: *forwardAuthz,
+		Limits:               limits,
 	})
 	if err != nil {
 		return err
