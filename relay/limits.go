@@ -128,6 +128,7 @@ type refusal struct {
 	status     int
 	retryAfter time.Duration
 	reason     string
+	err        error // the store's, when it could not tell its size
 }
 
 // admit checks a new session of key against the bounds and reserves its
@@ -150,25 +151,25 @@ func (l *sessionLimits) admit(ctx context.Context, key string) *refusal {
 		}
 		l.mu.Unlock()
 		if delay > 0 {
-			return &refusal{http.StatusTooManyRequests, delay, rejectRate}
+			return &refusal{http.StatusTooManyRequests, delay, rejectRate, nil}
 		}
 	}
 	if l.sizer != nil {
 		n, err := l.sizer.Size(ctx)
 		if err != nil {
-			return &refusal{http.StatusServiceUnavailable, time.Second, rejectStoreError}
+			return &refusal{http.StatusServiceUnavailable, time.Second, rejectStoreError, err}
 		}
 		if n >= l.lim.MaxStoreBytes {
-			return &refusal{http.StatusServiceUnavailable, capacityRetry, rejectStore}
+			return &refusal{http.StatusServiceUnavailable, capacityRetry, rejectStore, nil}
 		}
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if m := l.lim.MaxSessionsPerPrincipal; m > 0 && l.per[key] >= m {
-		return &refusal{http.StatusTooManyRequests, capacityRetry, rejectPrincipal}
+		return &refusal{http.StatusTooManyRequests, capacityRetry, rejectPrincipal, nil}
 	}
 	if m := l.lim.MaxSessions; m > 0 && l.live >= m {
-		return &refusal{http.StatusServiceUnavailable, capacityRetry, rejectMax}
+		return &refusal{http.StatusServiceUnavailable, capacityRetry, rejectMax, nil}
 	}
 	l.takeLocked(key)
 	return nil

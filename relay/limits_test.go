@@ -273,8 +273,8 @@ func TestSessionFloodBounded(t *testing.T) {
 			}
 			heap1 := liveHeap()
 			size1, _ := store.Size(t.Context())
-			t.Logf("%d initializes (%d from one principal, %d from distinct addresses): %d sessions; live heap %+.1f MiB, store %+.1f MiB (pebble disk usage)",
-				2*n, n, n, created, float64(heap1-heap0)/(1<<20), float64(size1-size0)/(1<<20))
+			t.Logf("%d initializes (%d from one principal, %d from distinct addresses): %d sessions; live heap %+.1f MiB, store %+d KiB (pebble disk usage)",
+				2*n, n, n, created, float64(heap1-heap0)/(1<<20), (size1-size0)>>10)
 			want := 2 * n
 			if tc.lim.MaxSessions > 0 {
 				want = tc.lim.MaxSessions

@@ -161,7 +161,11 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, body []byte
 	s.limitKey = limitKey(r, s.principal)
 	if f := h.limits.admit(r.Context(), s.limitKey); f != nil {
 		h.counts.add("rejected/" + f.reason)
-		h.log.Info("new session refused", logReason, f.reason, logStatus, f.status, "remote", r.RemoteAddr)
+		if f.err != nil {
+			h.log.Error("new session refused: the store cannot tell its size", "err", f.err)
+		}
+		// Debug: a flood must not flood the log too (the refusals are counted).
+		h.log.Debug("new session refused", logReason, f.reason, logStatus, f.status, "remote", r.RemoteAddr)
 		writeRefusal(w, f)
 		return
 	}
