@@ -2,10 +2,7 @@ package relay_test
 
 import (
 	"net/http"
-	"net/http/httptest"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,35 +12,6 @@ import (
 	"github.com/mcprelay/mcprelay/relay"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
-
-// seenHeaders records the headers of every request a backend receives.
-type seenHeaders struct {
-	h  http.Handler
-	mu sync.Mutex
-	// reqs holds "METHOD PATH" and the headers asked for, per request.
-	reqs []seenRequest
-}
-
-type seenRequest struct {
-	what          string
-	authz, apiKey string
-}
-
-func (s *seenHeaders) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	s.reqs = append(s.reqs, seenRequest{r.Method + " " + r.URL.Path, r.Header.Get("Authorization"), r.Header.Get("X-Api-Key")})
-	s.mu.Unlock()
-	s.h.ServeHTTP(w, r)
-}
-
-// take returns the requests seen since the last take.
-func (s *seenHeaders) take() []seenRequest {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := s.reqs
-	s.reqs = nil
-	return out
-}
 
 // TestUpstreamHeaders: what the backend receives of the client's
 // Authorization and the operator's upstream headers, on session requests
@@ -73,7 +41,7 @@ func TestUpstreamHeaders(t *testing.T) {
 			be := mcptest.NewRestartable(func() http.Handler {
 				return backend.SDKHandler(testServer(nil), &mcp.StreamableHTTPOptions{})
 			})
-			seen := &seenHeaders{h: be}
+			seen := &mcptest.HeaderRecorder{H: be, Names: []string{"Authorization", "X-Api-Key"}}
 			start := func() *relay.Handler {
 				up := backend.Handler(seen)
 				up.StatelessURL = up.URL + "/stateless"
@@ -89,24 +57,22 @@ func TestUpstreamHeaders(t *testing.T) {
 				}
 				return h
 			}
-			var current atomic.Pointer[relay.Handler]
-			current.Store(start())
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { current.Load().ServeHTTP(w, r) }))
-			t.Cleanup(func() { current.Load().Close(); srv.CloseClientConnections(); srv.Close(); be.Stop() })
-			e := &env{t: t, url: srv.URL}
+			rs := serveRestartable(t, start)
+			t.Cleanup(be.Stop)
+			e := &env{t: t, url: rs.url}
 
-			check := func(when, client string, reqs []seenRequest) {
+			check := func(when, client string, reqs []mcptest.Recorded) {
 				t.Helper()
 				if len(reqs) == 0 {
 					t.Fatalf("%s: the backend saw no request", when)
 				}
 				for _, r := range reqs {
 					want := tc.want(client)
-					if tc.forward && tc.header["Authorization"] == nil && r.what == "DELETE /mcp" {
+					if tc.forward && tc.header["Authorization"] == nil && r.Method == "DELETE" {
 						want = "" // discarding the previous incarnation's session: no request to take it from
 					}
-					if r.authz != want || r.apiKey != tc.apiKey {
-						t.Errorf("%s: %s carried Authorization %q, X-Api-Key %q; want %q, %q", when, r.what, r.authz, r.apiKey, want, tc.apiKey)
+					if r.Values[0] != want || r.Values[1] != tc.apiKey {
+						t.Errorf("%s: %s %s carried Authorization %q, X-Api-Key %q; want %q, %q", when, r.Method, r.Path, r.Values[0], r.Values[1], want, tc.apiKey)
 					}
 				}
 			}
@@ -114,7 +80,7 @@ func TestUpstreamHeaders(t *testing.T) {
 			s := e.initialize("2025-06-18", "Bearer t1")
 			_, resp := s.call(1, 0, false)
 			events(t, resp, 0, 5*time.Second)
-			check("before the restart", "Bearer t1", seen.take())
+			check("before the restart", "Bearer t1", seen.Take())
 
 			// A stateless request carries its own token.
 			r := e.do("POST", map[string]string{"Authorization": "Bearer t3", "Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "count"},
@@ -123,25 +89,23 @@ func TestUpstreamHeaders(t *testing.T) {
 				t.Fatalf("stateless call: %s %s", r.Status, readBody(t, r))
 			}
 			readBody(t, r)
-			stateless := seen.take()
-			if !slices.ContainsFunc(stateless, func(r seenRequest) bool { return r.what == "POST /mcp/stateless" }) {
+			stateless := seen.Take()
+			if !slices.ContainsFunc(stateless, func(r mcptest.Recorded) bool { return r.Path == "/mcp/stateless" }) {
 				t.Fatalf("the stateless request did not reach the stateless endpoint: %+v", stateless)
 			}
 			check("stateless", "Bearer t3", stateless)
 
 			// Restart: the session is restored by a request with a
 			// refreshed token.
-			old := current.Load()
-			current.Store(start())
-			old.Close()
+			rs.restart()
 			be.Restart()
 			s.auth = "Bearer t2"
 			_, resp = s.call(1, 0, false)
 			events(t, resp, 0, 5*time.Second)
-			if n := current.Load().Counts()["restore"]; n != 1 {
+			if n := rs.current().Counts()["restore"]; n != 1 {
 				t.Fatalf("restores: %d, want 1", n)
 			}
-			check("after the restore", "Bearer t2", seen.take())
+			check("after the restore", "Bearer t2", seen.Take())
 		})
 	}
 }

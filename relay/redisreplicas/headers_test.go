@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,32 +14,10 @@ import (
 	"github.com/mcprelay/mcprelay/eventlog/redisstore"
 	"github.com/mcprelay/mcprelay/eventlog/redisstore/redistest"
 	"github.com/mcprelay/mcprelay/exampleserver"
+	"github.com/mcprelay/mcprelay/internal/mcptest"
 	"github.com/mcprelay/mcprelay/relay"
 	"github.com/mcprelay/mcprelay/relay/redisreplicas"
 )
-
-// authzSeen records the Authorization and X-Api-Key of every request a
-// backend receives.
-type authzSeen struct {
-	h    http.Handler
-	mu   sync.Mutex
-	seen []string // "METHOD authz|key"
-}
-
-func (a *authzSeen) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	a.mu.Lock()
-	a.seen = append(a.seen, r.Method+" "+r.Header.Get("Authorization")+"|"+r.Header.Get("X-Api-Key"))
-	a.mu.Unlock()
-	a.h.ServeHTTP(w, r)
-}
-
-func (a *authzSeen) take() []string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	out := a.seen
-	a.seen = nil
-	return out
-}
 
 // TestUpstreamHeadersAcrossReplicas: two replicas on one Redis in front of
 // one remote backend. A session created on A is called through B
@@ -63,7 +40,7 @@ func TestUpstreamHeadersAcrossReplicas(t *testing.T) {
 		{name: "forward authorization", forward: true, before: "Bearer t1|k", after: "Bearer t3|k"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			seen := &authzSeen{h: backend.SDKHandler(exampleserver.New(nil), nil)}
+			seen := &mcptest.HeaderRecorder{H: backend.SDKHandler(exampleserver.New(nil), nil), Names: []string{"Authorization", "X-Api-Key"}}
 			be := httptest.NewServer(seen)
 			t.Cleanup(be.Close) // after the replicas (cleanups run last first)
 			prefix := fmt.Sprintf("hdr%d", time.Now().UnixNano())
@@ -123,16 +100,16 @@ func TestUpstreamHeadersAcrossReplicas(t *testing.T) {
 			}
 			check := func(when, want string) {
 				t.Helper()
-				got := seen.take()
+				got := seen.Take()
 				if len(got) == 0 {
 					t.Fatalf("%s: the backend saw nothing", when)
 				}
 				for _, g := range got {
-					if strings.HasPrefix(g, "DELETE ") {
+					if g.Method == "DELETE" {
 						continue // the previous owner's session, discarded: no client request to take a token from
 					}
-					if _, v, _ := strings.Cut(g, " "); v != want {
-						t.Errorf("%s: the backend saw %q, want %q", when, g, want)
+					if v := strings.Join(g.Values, "|"); v != want {
+						t.Errorf("%s: the backend saw %s %q, want %q", when, g.Method, v, want)
 					}
 				}
 			}
@@ -165,7 +142,7 @@ func TestUpstreamHeadersAcrossReplicas(t *testing.T) {
 				if resp.StatusCode != http.StatusServiceUnavailable || time.Now().After(deadline) {
 					t.Fatalf("after A went away: %s", resp.Status)
 				}
-				seen.take() // what A's dying session sent
+				seen.Take() // what A's dying session sent
 				time.Sleep(100 * time.Millisecond)
 			}
 			call(srvB.URL, sid, "Bearer t4")
