@@ -15,6 +15,8 @@ import (
 //	mcprelay_requests_lost_total 2
 //	mcprelay_sessions_restored_total 0
 //	mcprelay_sessions 12
+//	mcprelay_sessions_rejected_total{reason="rate"} 4
+//	mcprelay_store_bytes 1048576
 //
 // A 409 resume decision is a tenant-isolation event: alert on it.
 func (h *Handler) Metrics() http.Handler {
@@ -52,6 +54,16 @@ func (h *Handler) Metrics() http.Handler {
 			fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s counter\n%s %d\n", c.name, c.help, c.name, c.name, counts[c.key])
 		}
 		fmt.Fprintf(&b, "# HELP mcprelay_sessions Sessions live in this process.\n# TYPE mcprelay_sessions gauge\nmcprelay_sessions %d\n", sessions)
+		b.WriteString("# HELP mcprelay_sessions_rejected_total New sessions refused by the limits, by reason (rate, principal_sessions: 429; max_sessions, store_budget, store_size_unknown: 503).\n")
+		b.WriteString("# TYPE mcprelay_sessions_rejected_total counter\n")
+		for _, reason := range rejectReasons {
+			fmt.Fprintf(&b, "mcprelay_sessions_rejected_total{reason=%q} %d\n", reason, counts["rejected/"+reason])
+		}
+		if sz, ok := h.store.(storeSizer); ok {
+			if n, err := sz.Size(r.Context()); err == nil {
+				fmt.Fprintf(&b, "# HELP mcprelay_store_bytes What the event log holds, as its store measures it (the quantity Limits.MaxStoreBytes bounds).\n# TYPE mcprelay_store_bytes gauge\nmcprelay_store_bytes %d\n", n)
+			}
+		}
 		w.Write([]byte(b.String()))
 	})
 }

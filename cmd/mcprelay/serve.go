@@ -51,8 +51,11 @@ type serveFlags struct {
 	maxChildren   *int
 	envFile       *string
 	cwd           *string
+	forwardAuthz  *bool
 	auth          *authFlags
+	limits        *limitFlags
 	envs          envList
+	upHeaders     headerList
 }
 
 // newServeFlags defines serve's flags on a new FlagSet.
@@ -83,9 +86,12 @@ func newServeFlags() (*flag.FlagSet, *serveFlags) {
 		maxChildren:   fs.Int("max-children", 0, "with -- COMMAND: the most stdio children at once (one per session); beyond it new sessions get 503 (0: 64)"),
 		envFile:       fs.String("env-file", "", "with -- COMMAND: K=V lines added to the children's environment"),
 		cwd:           fs.String("cwd", "", "with -- COMMAND: the children's working directory"),
+		forwardAuthz:  fs.Bool("forward-authorization", false, "send the client's Authorization header to the upstream (discouraged: the upstream gets the client's token, and after a refresh still the old one; prefer --upstream-header)"),
 		auth:          addAuthFlags(fs),
+		limits:        addLimitFlags(fs),
 	}
 	fs.Var(&f.envs, "env", "with -- COMMAND: K=V added to the children's environment (repeatable; wins over --env-file)")
+	fs.Var(&f.upHeaders, "upstream-header", "'Name: value' sent on every request to the upstream; the value may be $VAR (from the environment) or @file:PATH (a file's contents) to keep secrets out of the process list (repeatable)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: mcprelay serve [flags] [-- COMMAND ARGS...]\n\n"+
 			"Every flag can also be set by the environment (MCPRELAY_DATA_DIR for --data-dir: dashes to underscores, upper case)\n"+
@@ -104,8 +110,18 @@ func serve(args []string) error {
 	if len(command) > 0 && *f.upstream != "" {
 		return errors.New("serve: give --upstream or -- COMMAND, not both")
 	}
+	if len(command) > 0 && (f.upHeaders.h != nil || *f.forwardAuthz) {
+		return errors.New("serve: --upstream-header and --forward-authorization go with an HTTP upstream, not -- COMMAND")
+	}
+	if *f.forwardAuthz && f.upHeaders.h.Get("Authorization") != "" {
+		return errors.New("serve: --forward-authorization and --upstream-header 'Authorization: ...' contradict each other")
+	}
 	if len(command) == 0 && (*f.maxChildren != 0 || len(f.envs) > 0 || *f.envFile != "" || *f.cwd != "") {
 		return errors.New("serve: --max-children, --env, --env-file and --cwd go with -- COMMAND")
+	}
+	limits, err := f.limits.limits()
+	if err != nil {
+		return err
 	}
 	log, err := newLogger(*f.logFormat, *f.logLevel)
 	if err != nil {
@@ -133,7 +149,9 @@ func serve(args []string) error {
 		// the relay resumes that upstream stream and carries the close to
 		// the client.
 		srv := exampleserver.New(&exampleserver.Options{Logger: log.With("component", "example-server")})
-		conn = backend.SDK(srv, &mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)})
+		up := backend.SDK(srv, &mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)})
+		up.Header = f.upHeaders.h
+		conn = up
 	default:
 		u, err := url.Parse(*f.upstream)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -142,6 +160,7 @@ func serve(args []string) error {
 		up := backend.Remote(*f.upstream)
 		up.StatelessURL = *f.statelessURL
 		up.ResponseTimeout = *f.upTimeout
+		up.Header = f.upHeaders.h
 		conn = up
 		target = *f.upstream
 		go warnIfUnreachable(context.Background(), u, log)
@@ -175,18 +194,20 @@ func serve(args []string) error {
 		return errors.New("serve: --advertise and --secret-file go with --store redis://")
 	}
 	h, err := relay.New(relay.Options{
-		Cluster:            cluster,
-		LeaseTTL:           *f.leaseTTL,
-		Backend:            conn,
-		Store:              store,
-		Secret:             secret,
-		PollInterval:       *f.poll,
-		AllowedOrigins:     splitList(*f.origins),
-		AllowedHosts:       splitList(*f.hosts),
-		MaxBodyBytes:       *f.maxBody,
-		SessionIdleTimeout: *f.idle,
-		Logger:             log,
-		Identity:           authn.identity,
+		Cluster:              cluster,
+		LeaseTTL:             *f.leaseTTL,
+		Backend:              conn,
+		Store:                store,
+		Secret:               secret,
+		PollInterval:         *f.poll,
+		AllowedOrigins:       splitList(*f.origins),
+		AllowedHosts:         splitList(*f.hosts),
+		MaxBodyBytes:         *f.maxBody,
+		SessionIdleTimeout:   *f.idle,
+		Logger:               log,
+		Identity:             authn.identity,
+		ForwardAuthorization: *f.forwardAuthz,
+		Limits:               limits,
 	})
 	if err != nil {
 		return err

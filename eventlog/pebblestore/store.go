@@ -701,6 +701,19 @@ func (s *Store) stream(key string) *stream {
 	return s.streams[key]
 }
 
+// Size reports the disk space the store's files take (Pebble's own
+// measure: WAL, preallocated and recycled WAL files included, tables live
+// and awaiting deletion, manifest and options): what
+// relay.Limits.MaxStoreBytes bounds. It does not count the secret and lock
+// next to the store, nor space the file system reserves.
+func (s *Store) Size(ctx context.Context) (int64, error) {
+	if err := s.enter(ctx, false); err != nil {
+		return 0, err
+	}
+	defer s.leave()
+	return int64(s.db.Metrics().DiskSpaceUsage()), nil
+}
+
 // Session implements [eventlog.Sessions].
 func (s *Store) Session(ctx context.Context, id string) (*eventlog.Session, error) {
 	if err := s.enter(ctx, false); err != nil {

@@ -577,3 +577,14 @@ func TestReadOnly(t *testing.T) {
 		t.Error("opened read-only where no store is")
 	}
 }
+
+// TestSize: the disk usage Size reports follows what is written (32 MiB,
+// more than the 8 MiB memtable and the preallocated WAL).
+func TestSize(t *testing.T) {
+	st, err := pebblestore.Open(filepath.Join(t.TempDir(), "log"), pebblestore.Options{Sync: pebblestore.SyncNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	storetest.SizeGrows(t, st, 32<<20)
+}
