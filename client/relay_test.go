@@ -14,11 +14,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/mcprelay/mcprelay/backend"
 	"github.com/mcprelay/mcprelay/client"
 	"github.com/mcprelay/mcprelay/relay"
+	"github.com/mcprelay/mcprelay/resume"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -410,47 +412,77 @@ func TestSessionLost(t *testing.T) {
 }
 
 // TestPolling: a relay that closes streams every few milliseconds (with
-// retry) still delivers a long call's notifications once, in order.
+// retry) still delivers a long call's notifications once, in order, and the
+// client resumes each close after exactly the retry the relay sent. In a
+// synctest bubble (the client reaches the relay in process), so timing is
+// exact: 21 events 3 ms apart answer at 63 ms; the relay closes 10 ms after
+// each connection opens and the client comes back 10 ms later, so it
+// resumes at 20, 40 and 60 ms: 3 times.
 func TestPolling(t *testing.T) {
-	h, err := relay.New(relay.Options{Backend: backend.SDK(countServer(nil), nil), PollInterval: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var resumes atomic.Int64
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet && r.Header.Get("Last-Event-ID") != "" {
-			resumes.Add(1)
+	synctest.Test(t, func(t *testing.T) {
+		const poll = 10 * time.Millisecond
+		secret := []byte("client-test-secret-0123456789abcdef")
+		codec, err := resume.NewCodec(secret)
+		if err != nil {
+			t.Fatal(err)
 		}
-		h.ServeHTTP(w, r)
-	}))
-	t.Cleanup(func() { h.Close(); hs.CloseClientConnections(); hs.Close() })
-	url := hs.URL
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	plog := newProgressLog()
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "poll", Version: "1"}, &mcp.ClientOptions{ProgressNotificationHandler: plog.handle}).
-		Connect(ctx, client.New(client.Options{Endpoint: url}), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
-	p := &mcp.CallToolParams{Name: "count", Arguments: map[string]any{"n": 20, "interval_ms": 3}}
-	p.SetProgressToken("poll")
-	res, err := cs.CallTool(ctx, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := resultText(t, res); got != "counted 20" {
-		t.Errorf("result %q", got)
-	}
-	if got := plog.waitFor(ctx, "poll", 20); len(got) != 20 || !inOrder(got) {
-		t.Errorf("progress %v", got)
-	}
-	// 20 events 3 ms apart outlast a 10 ms poll interval: the call was
-	// carried across several closes, each resumed by GET.
-	if n := resumes.Load(); n < 2 {
-		t.Errorf("the client resumed %d times: the relay did not close for polling, or the client did not resume", n)
-	}
+		h, err := relay.New(relay.Options{Backend: backend.SDK(countServer(nil), nil), PollInterval: poll, Secret: secret})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Close() })
+		var mu sync.Mutex
+		resumes := map[resume.StreamKey][]time.Duration{} // by the stream resumed
+		start := time.Now()
+		hc := &http.Client{Transport: backend.InProcess(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodGet && r.Header.Get("Last-Event-ID") != "" {
+				cur, err := codec.Parse(r.Header.Get("Last-Event-ID"))
+				if err != nil {
+					t.Errorf("the client resumed with a cursor the relay never sent: %v", err)
+				}
+				mu.Lock()
+				resumes[cur.Stream] = append(resumes[cur.Stream], time.Since(start))
+				mu.Unlock()
+			}
+			h.ServeHTTP(w, r)
+		}))}
+		ctx := t.Context()
+		plog := newProgressLog()
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "poll", Version: "1"}, &mcp.ClientOptions{ProgressNotificationHandler: plog.handle}).
+			Connect(ctx, client.New(client.Options{Endpoint: "http://relay.test/mcp", HTTPClient: hc}), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close()
+		p := &mcp.CallToolParams{Name: "count", Arguments: map[string]any{"n": 21, "interval_ms": 3}}
+		p.SetProgressToken("poll")
+		start = time.Now()
+		res, err := cs.CallTool(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := resultText(t, res); got != "counted 21" {
+			t.Errorf("result %q", got)
+		}
+		if got := time.Since(start); got != 63*time.Millisecond {
+			t.Errorf("the result came after %v, want 63ms", got)
+		}
+		if got := plog.waitFor(ctx, "poll", 21); len(got) != 21 || !inOrder(got) {
+			t.Errorf("progress %v", got)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		// The standalone stream is closed every 10 ms too; the call's
+		// stream is the one whose resumes are counted here.
+		want := []time.Duration{20 * time.Millisecond, 40 * time.Millisecond, 60 * time.Millisecond}
+		found := false
+		for _, at := range resumes {
+			found = found || slices.Equal(at, want)
+		}
+		if !found {
+			t.Errorf("the client resumed its streams at %v, want the call's at %v (closed every %v, retry %v)", resumes, want, poll, poll)
+		}
+	})
 }
 
 func testLogger(t testing.TB) *slog.Logger {

@@ -98,14 +98,31 @@ var (
 type env struct {
 	t       *testing.T
 	url     string
+	client  *http.Client
 	relay   *relay.Handler
 	backend *mcptest.Restartable
 	gate    chan struct{}
+
+	sessions []*rawSession // opened by initialize
 }
 
 // newEnv starts a relay (in front of testServer, in process) on a real
 // loopback listener.
 func newEnv(t *testing.T, opts relay.Options) *env {
+	t.Helper()
+	return startEnv(t, opts, false)
+}
+
+// newBubbleEnv is newEnv for a testing/synctest bubble: the client reaches
+// the relay in process, without a socket (a bubble cannot wait on network
+// I/O), so the relay's, the backend's and the test's timers all run on the
+// bubble's clock and timing is exact.
+func newBubbleEnv(t *testing.T, opts relay.Options) *env {
+	t.Helper()
+	return startEnv(t, opts, true)
+}
+
+func startEnv(t *testing.T, opts relay.Options, inProcess bool) *env {
 	t.Helper()
 	e := &env{t: t, gate: make(chan struct{})}
 	e.backend = mcptest.NewRestartable(func() http.Handler {
@@ -122,6 +139,21 @@ func newEnv(t *testing.T, opts relay.Options) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.relay = h
+	if inProcess {
+		e.client = &http.Client{Transport: backend.InProcess(h)}
+		e.url = "http://relay.test/mcp"
+		t.Cleanup(func() {
+			// A bubble ends only when every goroutine in it has: the
+			// backend sessions' too, which Close leaves for a restore.
+			for _, s := range e.sessions {
+				s.delete()
+			}
+			h.Close()
+			e.backend.Stop()
+		})
+		return e
+	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(func() {
 		h.Close()
@@ -129,7 +161,7 @@ func newEnv(t *testing.T, opts relay.Options) *env {
 		srv.Close()
 		e.backend.Stop()
 	})
-	e.relay = h
+	e.client = http.DefaultClient
 	e.url = srv.URL
 	return e
 }
@@ -165,7 +197,7 @@ func (e *env) do(method string, hdr map[string]string, body string) *http.Respon
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	e.t.Cleanup(cancel)
-	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	resp, err := e.client.Do(req.WithContext(ctx))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -187,6 +219,7 @@ func (e *env) initialize(version, auth string) *rawSession {
 	if s.id == "" {
 		e.t.Fatal("initialize: no Mcp-Session-Id")
 	}
+	e.sessions = append(e.sessions, s)
 	r := s.post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 	if r.StatusCode != http.StatusAccepted {
 		e.t.Fatalf("initialized: %s %s", r.Status, readBody(e.t, r))
@@ -196,6 +229,16 @@ func (e *env) initialize(version, auth string) *rawSession {
 
 func (s *rawSession) headers() map[string]string {
 	return map[string]string{"Mcp-Session-Id": s.id, "Mcp-Protocol-Version": s.version, "Authorization": s.auth}
+}
+
+// delete ends the session.
+func (s *rawSession) delete() {
+	s.e.t.Helper()
+	resp := s.e.do("DELETE", s.headers(), "")
+	io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusNotFound {
+		s.e.t.Errorf("DELETE: %s", resp.Status)
+	}
 }
 
 func (s *rawSession) post(body string) *http.Response {

@@ -5,12 +5,15 @@ import (
 	"net/http"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/mcprelay/mcprelay/internal/mcptest"
 
 	"github.com/mcprelay/mcprelay/backend"
+	"github.com/mcprelay/mcprelay/eventlog"
 	"github.com/mcprelay/mcprelay/relay"
+	"github.com/mcprelay/mcprelay/resume"
 	"github.com/mcprelay/mcprelay/sse"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -62,46 +65,93 @@ func TestBackendPollingIsCarriedToTheClient(t *testing.T) {
 }
 
 // TestRelayPollInterval: with PollInterval set, the relay itself closes
-// long streams of 2025-11-25 clients with retry; resuming continues them
-// without loss.
+// long streams of 2025-11-25 clients with retry, exactly PollInterval after
+// each connection opened; resuming continues them without loss. In a
+// synctest bubble, so the count is exact: 20 events 20 ms apart answer at
+// 400 ms, and a 33 ms interval (no multiple of 20 below 660) closes the
+// stream 12 times before that.
 func TestRelayPollInterval(t *testing.T) {
-	e := newEnv(t, relay.Options{PollInterval: 100 * time.Millisecond})
-	s := e.initialize("2025-11-25", "")
-	_, resp := s.call(20, 20, true)
-	var all []float64
-	cursor := ""
-	polls := 0
-	for round := 0; round < 50; round++ {
-		evs, ended := events(t, resp, 0, 5*time.Second)
-		if !ended {
-			t.Fatal("stream neither ended nor was closed for polling")
+	synctest.Test(t, func(t *testing.T) {
+		const poll = 33 * time.Millisecond
+		e := newBubbleEnv(t, relay.Options{PollInterval: poll})
+		s := e.initialize("2025-11-25", "")
+		start := time.Now()
+		_, resp := s.call(20, 20, true)
+		var all []float64
+		cursor := ""
+		polls := 0
+		for {
+			opened := time.Now()
+			evs, ended := events(t, resp, 0, time.Hour)
+			if !ended {
+				t.Fatal("stream neither ended nor was closed for polling")
+			}
+			all = append(all, progressOf(t, evs)...)
+			if id := lastID(evs); id != "" {
+				cursor = id
+			}
+			if d := dataEvents(evs); len(d) > 0 && decode(t, d[len(d)-1].Data).Result != nil {
+				break
+			}
+			if got := time.Since(opened); got != poll {
+				t.Fatalf("connection %d closed %v after it opened, want the poll interval %v", polls+1, got, poll)
+			}
+			if evs[len(evs)-1].Retry != poll {
+				t.Fatalf("closed without retry %v: %+v", poll, evs[len(evs)-1])
+			}
+			polls++
+			resp = s.get(cursor)
 		}
-		all = append(all, progressOf(t, evs)...)
-		if id := lastID(evs); id != "" {
-			cursor = id
+		if got := time.Since(start); got != 400*time.Millisecond {
+			t.Errorf("the result came after %v, want 400ms", got)
 		}
-		if d := dataEvents(evs); len(d) > 0 && decode(t, d[len(d)-1].Data).Result != nil {
-			break
+		if polls != 12 {
+			t.Errorf("the stream was closed for polling %d times, want 12", polls)
 		}
-		if evs[len(evs)-1].Retry != 100*time.Millisecond {
-			t.Fatalf("closed without retry: %+v", evs[len(evs)-1])
+		if len(all) != 20 {
+			t.Fatalf("progress across polls: %v", all)
 		}
-		polls++
-		resp = s.get(cursor)
-	}
-	if len(all) != 20 {
-		t.Fatalf("progress across polls: %v", all)
-	}
-	// 20 events 20 ms apart take 400 ms: with a 100 ms poll interval the
-	// stream must have been closed for polling several times.
-	if polls < 2 {
-		t.Fatalf("the stream was closed for polling %d times in a 400 ms call with a 100 ms interval", polls)
-	}
-	for i, p := range all {
-		if p != float64(i+1) {
-			t.Fatalf("progress out of order or repeated: %v", all)
+		for i, p := range all {
+			if p != float64(i+1) {
+				t.Fatalf("progress out of order or repeated: %v", all)
+			}
 		}
-	}
+	})
+}
+
+// TestTerminalGrace: a finished request stream can be resumed (replayed to
+// its end) until TerminalGrace has passed since its terminal event, and not
+// a nanosecond longer: then the session no longer knows the stream (row 5,
+// a reset unknown_stream, then the end).
+func TestTerminalGrace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const grace = time.Minute
+		st := eventlog.NewMemory(eventlog.Retention{TerminalGrace: grace})
+		t.Cleanup(func() { st.Close() })
+		e := newBubbleEnv(t, relay.Options{Store: st})
+		s := e.initialize("2025-11-25", "")
+		_, resp := s.call(3, 0, true)
+		evs, ended := events(t, resp, 0, time.Hour)
+		data := dataEvents(evs)
+		if !ended || len(data) != 4 {
+			t.Fatalf("the call's stream: ended %v, %d data events, want 4", ended, len(data))
+		}
+		time.Sleep(grace - time.Nanosecond)
+		replay, ended := events(t, s.get(data[0].ID), 0, time.Hour)
+		if !ended || len(resets(t, replay)) != 0 || len(dataEvents(replay)) != 3 {
+			t.Fatalf("resume just inside the grace: ended %v, resets %v, %d data events; want the 3 events after the cursor", ended, resets(t, replay), len(dataEvents(replay)))
+		}
+		for i, ev := range dataEvents(replay) {
+			if ev.ID != data[i+1].ID || string(ev.Data) != string(data[i+1].Data) {
+				t.Fatalf("replayed event %d: %s %s, want %s %s", i, ev.ID, ev.Data, data[i+1].ID, data[i+1].Data)
+			}
+		}
+		time.Sleep(time.Nanosecond)
+		after, ended := events(t, s.get(data[0].ID), 0, time.Hour)
+		if got := resets(t, after); !ended || len(dataEvents(after)) != 1 || len(got) != 1 || got[0] != resume.ReasonUnknownStream {
+			t.Fatalf("resume when the grace ends: ended %v, resets %v, %d data events; want one unknown_stream reset, then the end", ended, got, len(dataEvents(after)))
+		}
+	})
 }
 
 // failFirstResume answers the first GET with Last-Event-ID with 503, as a

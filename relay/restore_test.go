@@ -42,7 +42,7 @@ func TestRelayRestartWithDurableStore(t *testing.T) {
 	current.Store(start())
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { current.Load().ServeHTTP(w, r) }))
 	t.Cleanup(func() { current.Load().Close(); srv.CloseClientConnections(); srv.Close(); be.Stop() })
-	e := &env{t: t, url: srv.URL, backend: be}
+	e := &env{t: t, client: http.DefaultClient, url: srv.URL, backend: be}
 	c := codec(t)
 
 	s := e.initialize("2025-11-25", "Bearer alice")
@@ -141,7 +141,7 @@ func TestRestoreWhileBackendDown(t *testing.T) {
 	current.Store(start())
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { current.Load().ServeHTTP(w, r) }))
 	t.Cleanup(func() { current.Load().Close(); srv.CloseClientConnections(); srv.Close() })
-	e := &env{t: t, url: srv.URL}
+	e := &env{t: t, client: http.DefaultClient, url: srv.URL}
 
 	s := e.initialize("2025-11-25", "")
 	evs := completedCall(t, s, 2)
@@ -186,7 +186,7 @@ func TestStoredSessionExpires(t *testing.T) {
 	start()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { current.Load().ServeHTTP(w, r) }))
 	t.Cleanup(func() { current.Load().Close(); srv.CloseClientConnections(); srv.Close() })
-	e := &env{t: t, url: srv.URL, backend: be}
+	e := &env{t: t, client: http.DefaultClient, url: srv.URL, backend: be}
 	idle := e.initialize("2025-11-25", "")
 	recent := e.initialize("2025-11-25", "")
 	age := func(id string, d time.Duration) {
