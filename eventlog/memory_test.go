@@ -11,9 +11,9 @@ import (
 )
 
 func TestMemoryConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T, r eventlog.Retention) eventlog.Store {
+	storetest.RunWith(t, func(t *testing.T, r eventlog.Retention) eventlog.Store {
 		return eventlog.NewMemory(r)
-	})
+	}, storetest.Options{Synctest: true})
 }
 
 func TestMemoryClosed(t *testing.T) {
