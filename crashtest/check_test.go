@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/mcprelay/mcprelay/eventlog"
+	"github.com/mcprelay/mcprelay/internal/mcptest"
 	"github.com/mcprelay/mcprelay/resume"
 	"github.com/mcprelay/mcprelay/sse"
 )
@@ -95,26 +96,6 @@ type call struct {
 
 func (c *call) done() bool { return c.outcome == "result" || c.outcome == "lost" }
 
-// message is the part of a JSON-RPC message the checks look at.
-type message struct {
-	ID     any    `json:"id"`
-	Method string `json:"method"`
-	Params struct {
-		ProgressToken any     `json:"progressToken"`
-		Progress      float64 `json:"progress"`
-		Total         float64 `json:"total"`
-	} `json:"params"`
-	Result *struct {
-		Content []struct {
-			Text string `json:"text"`
-		} `json:"content"`
-		IsError bool `json:"isError"`
-	} `json:"result"`
-	Error *struct {
-		Code int `json:"code"`
-	} `json:"error"`
-}
-
 type resetMsg = resume.Reset
 
 // checker applies the per-event checks of one client (one session).
@@ -190,8 +171,8 @@ func (k *checker) handle(c *call, ev sse.Event) {
 		k.v.addf("%s: unexpected event type %q: %q", c.name, ev.Type, ev.Data)
 		return
 	}
-	var m message
-	if err := json.Unmarshal(ev.Data, &m); err != nil {
+	m, err := mcptest.DecodeMessage(ev.Data)
+	if err != nil {
 		k.v.addf("%s: undecodable message %q: %v", c.name, ev.Data, err)
 		return
 	}
@@ -212,9 +193,9 @@ func (k *checker) handle(c *call, ev sse.Event) {
 			k.v.addf("%s: progress %v/%v after %d/%d: a silent gap or a repeat", c.name, m.Params.Progress, m.Params.Total, c.progress, c.count)
 		}
 		c.progress = int(m.Params.Progress)
-	case m.Method == "" && m.ID != nil:
-		if id, _ := m.ID.(string); id != c.name {
-			k.v.addf("%s (session %s): response of request %v delivered here: %q", c.name, k.sid, m.ID, ev.Data)
+	case m.Method == "" && len(m.ID) > 0:
+		if !m.HasID(c.name) {
+			k.v.addf("%s (session %s): response of request %s delivered here: %q", c.name, k.sid, m.ID, ev.Data)
 			return
 		}
 		switch {

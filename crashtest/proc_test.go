@@ -19,6 +19,7 @@ import (
 
 	"github.com/mcprelay/mcprelay/eventlog"
 	"github.com/mcprelay/mcprelay/eventlog/pebblestore"
+	"github.com/mcprelay/mcprelay/internal/mcptest"
 	"github.com/mcprelay/mcprelay/resume"
 	"github.com/mcprelay/mcprelay/sse"
 )
@@ -246,22 +247,9 @@ var httpClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true
 
 // do sends one request; hdr values that are "" are left out.
 func do(ctx context.Context, url, method string, hdr map[string]string, body string) (*http.Response, error) {
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	req, err := mcptest.NewRequest(ctx, method, url, hdr, body)
 	if err != nil {
 		return nil, err
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	for k, v := range hdr {
-		if v != "" {
-			req.Header.Set(k, v)
-		}
 	}
 	return httpClient.Do(req)
 }

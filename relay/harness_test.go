@@ -3,7 +3,6 @@ package relay_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -178,26 +177,13 @@ type rawSession struct {
 
 func (e *env) do(method string, hdr map[string]string, body string) *http.Response {
 	e.t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, e.url, rd)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	e.t.Cleanup(cancel)
+	req, err := mcptest.NewRequest(ctx, method, e.url, hdr, body)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	for k, v := range hdr {
-		if v != "" {
-			req.Header.Set(k, v)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	e.t.Cleanup(cancel)
-	resp, err := e.client.Do(req.WithContext(ctx))
+	resp, err := e.client.Do(req)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -326,33 +312,6 @@ func lastID(evs []sse.Event) string {
 		}
 	}
 	return ""
-}
-
-type rpc struct {
-	ID     json.RawMessage `json:"id"`
-	Method string          `json:"method"`
-	Params struct {
-		Progress float64 `json:"progress"`
-		Data     any     `json:"data"`
-	} `json:"params"`
-	Result *struct {
-		Content []struct {
-			Text string `json:"text"`
-		} `json:"content"`
-	} `json:"result"`
-	Error *struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
-
-func decode(t *testing.T, data []byte) rpc {
-	t.Helper()
-	var m rpc
-	if err := json.Unmarshal(data, &m); err != nil {
-		t.Fatalf("decoding %q: %v", data, err)
-	}
-	return m
 }
 
 func readBody(t *testing.T, resp *http.Response) string {

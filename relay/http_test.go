@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcprelay/mcprelay/internal/mcptest"
 	"github.com/mcprelay/mcprelay/relay"
 )
 
@@ -125,7 +126,7 @@ func TestStandaloneStream(t *testing.T) {
 		t.Fatalf("GET: %s", resp.Status)
 	}
 	evs, _ := events(t, resp, 1, 5*time.Second)
-	if d := dataEvents(evs); len(d) != 1 || decode(t, d[0].Data).Method != "notifications/tools/list_changed" {
+	if d := dataEvents(evs); len(d) != 1 || mcptest.Decode(t, d[0].Data).Method != "notifications/tools/list_changed" {
 		t.Fatalf("waiting message not delivered: %+v", evs)
 	}
 	resp.Body.Close()
@@ -142,7 +143,7 @@ func TestStandaloneStream(t *testing.T) {
 	}()
 	time.Sleep(50 * time.Millisecond)
 	call()
-	if data := <-done; data == nil || decode(t, data).Method != "notifications/tools/list_changed" {
+	if data := <-done; data == nil || mcptest.Decode(t, data).Method != "notifications/tools/list_changed" {
 		t.Fatalf("live message not delivered: %s", data)
 	}
 }

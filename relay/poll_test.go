@@ -46,7 +46,7 @@ func TestBackendPollingIsCarriedToTheClient(t *testing.T) {
 		}
 	}
 	for _, ev := range dataEvents(first) {
-		if decode(t, ev.Data).Result != nil {
+		if mcptest.Decode(t, ev.Data).Result != nil {
 			t.Fatal("the result came before the close")
 		}
 	}
@@ -59,7 +59,7 @@ func TestBackendPollingIsCarriedToTheClient(t *testing.T) {
 	if len(data) == 0 {
 		t.Fatalf("resume delivered nothing: %+v", rest)
 	}
-	if m := decode(t, data[len(data)-1].Data); m.Result == nil || m.Result.Content[0].Text != "polled" {
+	if m := mcptest.Decode(t, data[len(data)-1].Data); m.Result == nil || m.Result.Content[0].Text != "polled" {
 		t.Fatalf("resume did not deliver the result: %s", data[len(data)-1].Data)
 	}
 }
@@ -90,7 +90,7 @@ func TestRelayPollInterval(t *testing.T) {
 			if id := lastID(evs); id != "" {
 				cursor = id
 			}
-			if d := dataEvents(evs); len(d) > 0 && decode(t, d[len(d)-1].Data).Result != nil {
+			if d := dataEvents(evs); len(d) > 0 && mcptest.Decode(t, d[len(d)-1].Data).Result != nil {
 				break
 			}
 			if got := time.Since(opened); got != poll {
@@ -184,14 +184,14 @@ func TestBackendResumeRetried(t *testing.T) {
 	s := e.initialize("2025-11-25", "")
 	resp := s.post(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"poll","arguments":{}}}`)
 	evs, ended := events(t, resp, 0, 10*time.Second)
-	for try := 0; !ended || len(dataEvents(evs)) == 0 || decode(t, dataEvents(evs)[len(dataEvents(evs))-1].Data).ID == nil; try++ {
+	for try := 0; !ended || len(dataEvents(evs)) == 0 || mcptest.Decode(t, dataEvents(evs)[len(dataEvents(evs))-1].Data).ID == nil; try++ {
 		if try == 20 {
 			t.Fatalf("no answer: %+v", evs)
 		}
 		resp = s.get(lastID(evs))
 		evs, ended = events(t, resp, 0, 10*time.Second)
 	}
-	last := decode(t, dataEvents(evs)[len(dataEvents(evs))-1].Data)
+	last := mcptest.Decode(t, dataEvents(evs)[len(dataEvents(evs))-1].Data)
 	if last.Result == nil || last.Result.Content[0].Text != "polled" {
 		t.Fatalf("want the result after a failed backend resume, got %s", dataEvents(evs)[len(dataEvents(evs))-1].Data)
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcprelay/mcprelay/internal/mcptest"
 	"github.com/mcprelay/mcprelay/relay"
 	"github.com/mcprelay/mcprelay/resume"
 	"github.com/mcprelay/mcprelay/sse"
@@ -45,7 +46,7 @@ func TestBackendRestartMidStream(t *testing.T) {
 	if r := resets(t, rest); len(r) != 1 || r[0] != resume.ReasonBackendLost {
 		t.Fatalf("resets %v, want [backend_lost]", r)
 	}
-	last := decode(t, dataEvents(rest)[len(dataEvents(rest))-1].Data)
+	last := mcptest.Decode(t, dataEvents(rest)[len(dataEvents(rest))-1].Data)
 	if last.Error == nil || last.Error.Code != resume.CodeRequestLost || string(last.ID) != fmt.Sprint(id) {
 		t.Fatalf("want a request-lost error for id %d, got %s", id, dataEvents(rest)[len(dataEvents(rest))-1].Data)
 	}

@@ -76,10 +76,10 @@ func TestRelayRestartWithDurableStore(t *testing.T) {
 	if len(rs) < 2 || rs[0] != resume.ReasonBackendLost || rs[len(rs)-1] != resume.ReasonGenerationChanged {
 		t.Fatalf("resets %v, want backend_lost ... generation_changed", rs)
 	}
-	var lost *rpc
+	var lost *mcptest.Message
 	for _, ev := range dataEvents(got) {
 		if ev.Type == "" {
-			m := decode(t, ev.Data)
+			m := mcptest.Decode(t, ev.Data)
 			if m.Error != nil {
 				lost = &m
 			}
@@ -97,7 +97,7 @@ func TestRelayRestartWithDurableStore(t *testing.T) {
 	}
 	logs := 0
 	for _, ev := range dataEvents(evs) {
-		if decode(t, ev.Data).Method == "notifications/message" {
+		if mcptest.Decode(t, ev.Data).Method == "notifications/message" {
 			logs++
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mcprelay/mcprelay/eventlog"
+	"github.com/mcprelay/mcprelay/internal/mcptest"
 	"github.com/mcprelay/mcprelay/relay"
 	"github.com/mcprelay/mcprelay/resume"
 	"github.com/mcprelay/mcprelay/sse"
@@ -43,7 +44,7 @@ func progressOf(t *testing.T, evs []sse.Event) []float64 {
 		if ev.Type != "" {
 			continue
 		}
-		if m := decode(t, ev.Data); m.Method == "notifications/progress" {
+		if m := mcptest.Decode(t, ev.Data); m.Method == "notifications/progress" {
 			out = append(out, m.Params.Progress)
 		}
 	}
@@ -167,7 +168,7 @@ func TestResumeTable(t *testing.T) {
 		if p := progressOf(t, got); fmt.Sprint(p) != "[3 4 5]" {
 			t.Fatalf("replayed progress %v, want [3 4 5]", p)
 		}
-		last := decode(t, dataEvents(got)[len(dataEvents(got))-1].Data)
+		last := mcptest.Decode(t, dataEvents(got)[len(dataEvents(got))-1].Data)
 		if last.Result == nil {
 			t.Fatal("replay did not end with the response")
 		}
@@ -243,7 +244,7 @@ func TestEvictionGivesGapReset(t *testing.T) {
 	if len(p) > 0 && p[0] <= 3 {
 		t.Fatalf("retained events start at %v: nothing should have been evicted?", p)
 	}
-	if m := decode(t, dataEvents(got)[len(dataEvents(got))-1].Data); m.Result == nil {
+	if m := mcptest.Decode(t, dataEvents(got)[len(dataEvents(got))-1].Data); m.Result == nil {
 		t.Fatal("the response did not survive eviction")
 	}
 }
