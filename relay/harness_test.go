@@ -73,6 +73,10 @@ func testServer(gate <-chan struct{}) *mcp.Server {
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "polled"}}}, nil, nil
 	})
 	mcp.AddTool(s, &mcp.Tool{Name: "block", Description: "blocks until cancelled"}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		select {
+		case blockStarted <- struct{}{}:
+		default:
+		}
 		<-ctx.Done()
 		select {
 		case blockCancelled <- struct{}{}:
@@ -90,6 +94,7 @@ func testServer(gate <-chan struct{}) *mcp.Server {
 }
 
 var (
+	blockStarted   = make(chan struct{}, 1) // the block tool is running
 	blockCancelled = make(chan struct{}, 1)
 	addedTools     atomic.Int64
 )
