@@ -38,6 +38,24 @@ func completedCall(t *testing.T, s *rawSession, n int) []sse.Event {
 	return evs
 }
 
+// checkReplay fails the test unless got are exactly the events of want that
+// carry data (ID, type and data alike, in order): a faithful replay.
+func checkReplay(t *testing.T, what string, got, want []sse.Event) {
+	t.Helper()
+	want = dataEvents(want)
+	got = dataEvents(got)
+	for i := range max(len(got), len(want)) {
+		switch {
+		case i >= len(got):
+			t.Fatalf("%s: %d events, want %d; missing %s %s %s", what, len(got), len(want), want[i].ID, want[i].Type, want[i].Data)
+		case i >= len(want):
+			t.Fatalf("%s: %d events, want %d; extra %s %s %s", what, len(got), len(want), got[i].ID, got[i].Type, got[i].Data)
+		case got[i].ID != want[i].ID || got[i].Type != want[i].Type || string(got[i].Data) != string(want[i].Data):
+			t.Fatalf("%s: event %d is %s %s %s, want %s %s %s", what, i, got[i].ID, got[i].Type, got[i].Data, want[i].ID, want[i].Type, want[i].Data)
+		}
+	}
+}
+
 func progressOf(t *testing.T, evs []sse.Event) []float64 {
 	var out []float64
 	for _, ev := range dataEvents(evs) {
