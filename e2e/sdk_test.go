@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"reflect"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mcprelay/mcprelay/internal/mcptest"
+	"github.com/mcprelay/mcprelay/sse"
 
 	"github.com/mcprelay/mcprelay/backend"
 	"github.com/mcprelay/mcprelay/exampleserver"
@@ -372,6 +374,44 @@ type cutter struct {
 	log     []string // what happened, for failure messages
 	cuts    int
 	resumes int
+	seen    []*bytes.Buffer // of each SSE response, the bytes the client read
+}
+
+// teeBody copies what its reader reads into w.
+type teeBody struct {
+	rc io.ReadCloser
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (b *teeBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	b.mu.Lock()
+	b.w.Write(p[:n])
+	b.mu.Unlock()
+	return n, err
+}
+
+func (b *teeBody) Close() error { return b.rc.Close() }
+
+// delivered returns the SSE events the client read whole, from every
+// stream (an event cut in its middle was not delivered: the client drops
+// it and gets it again from the resume).
+func (c *cutter) delivered() []sse.Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []sse.Event
+	for _, b := range c.seen {
+		sc := sse.NewScanner(bytes.NewReader(b.Bytes()))
+		for {
+			ev, err := sc.Next()
+			if err != nil {
+				break
+			}
+			out = append(out, ev)
+		}
+	}
+	return out
 }
 
 func (c *cutter) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -403,7 +443,14 @@ func (c *cutter) RoundTrip(req *http.Request) (*http.Response, error) {
 	default:
 		return resp, nil
 	}
-	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") || len(c.offsets) == 0 {
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		c.log = append(c.log, fmt.Sprintf("%s -> %s", what, resp.Status))
+		return resp, nil
+	}
+	seen := &bytes.Buffer{}
+	c.seen = append(c.seen, seen)
+	defer func() { resp.Body = &teeBody{rc: resp.Body, mu: &c.mu, w: seen} }()
+	if len(c.offsets) == 0 {
 		c.log = append(c.log, fmt.Sprintf("%s -> %s", what, resp.Status))
 		return resp, nil
 	}
@@ -527,14 +574,36 @@ func TestSDKClientResumesCutStream(t *testing.T) {
 					t.Fatalf("progress notification %d = %+v, want %d/%d (exactly once, in order)\n%s", i, n, i, count, report())
 				}
 			}
-			// A round trip after the result: nothing extra may follow.
-			if err := c.cs.Ping(ctx, nil); err != nil {
-				t.Fatalf("ping: %v", err)
-			}
+			// Closing the session waits for its handlers: what it read,
+			// it has handled. Nothing extra may have come, and on the
+			// wire every notification and the result came in exactly one
+			// whole event (a replay overlapping what the client had would
+			// show here even if it came after the result).
+			c.cs.Close()
 			select {
 			case n := <-c.progress:
 				t.Fatalf("extra progress notification %+v after all %d\n%s", n, count, report())
 			default:
+			}
+			times := map[string]int{}
+			for _, ev := range cut.delivered() {
+				if len(ev.Data) == 0 || ev.Type != "" {
+					continue
+				}
+				switch m := mcptest.Decode(t, ev.Data); {
+				case m.Method == "notifications/progress" && m.Params.ProgressToken == "cut-stream":
+					times[fmt.Sprint("progress ", m.Params.Progress)]++
+				case m.Result != nil && strings.HasPrefix(m.Text(), "streamed "):
+					times["result"]++
+				}
+			}
+			for i := 1; i <= count; i++ {
+				if n := times[fmt.Sprint("progress ", float64(i))]; n != 1 {
+					t.Errorf("progress %d came in %d whole events, want exactly 1\n%s", i, n, report())
+				}
+			}
+			if times["result"] != 1 {
+				t.Errorf("the result came in %d whole events, want exactly 1\n%s", times["result"], report())
 			}
 			cut.mu.Lock()
 			cuts, resumes := cut.cuts, cut.resumes
