@@ -87,8 +87,8 @@ func newRelay(t *testing.T) *relayProc {
 	return newRelaySync(t, "always")
 }
 
-// newRelaySync is newRelay with the given --sync policy.
-func newRelaySync(t *testing.T, sync string) *relayProc {
+// newRelaySync is newRelay with the given --sync policy and more flags.
+func newRelaySync(t *testing.T, sync string, flags ...string) *relayProc {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -98,7 +98,7 @@ func newRelaySync(t *testing.T, sync string) *relayProc {
 	ln.Close()
 	tmp := t.TempDir()
 	p := &relayProc{t: t, name: "relay", addr: addr, dataDir: filepath.Join(tmp, "data"), logDir: tmp, changed: make(chan struct{})}
-	p.args = []string{"--data-dir", p.dataDir, "--sync", sync, "--log-level", "warn"}
+	p.args = append([]string{"--data-dir", p.dataDir, "--sync", sync, "--log-level", "warn"}, flags...)
 	t.Cleanup(func() {
 		p.kill()
 		if t.Failed() {

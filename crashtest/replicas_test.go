@@ -457,7 +457,7 @@ func runReplicaChaos(t *testing.T, run chaosRun) {
 	n := map[string]int{}
 	for _, cl := range clients {
 		if !run.redisRestart {
-			audit(ctx, st, cl.sid, cl.calls, v)
+			audit(ctx, st, cl.sid, cl.calls, v, false)
 		}
 		all = append(all, cl.calls...)
 		n["client cuts"] += cl.cuts
@@ -472,7 +472,7 @@ func runReplicaChaos(t *testing.T, run chaosRun) {
 			n["sessions re-homed"]++
 		}
 		for _, c := range cl.calls {
-			if c.gapped || c.outcome == "result" && c.progress < c.count {
+			if c.gaps > 0 {
 				n["calls with a gap reset"]++
 			}
 		}
