@@ -19,6 +19,7 @@ import (
 
 	"github.com/mcprelay/mcprelay/backend"
 	"github.com/mcprelay/mcprelay/client"
+	"github.com/mcprelay/mcprelay/eventlog"
 	"github.com/mcprelay/mcprelay/relay"
 	"github.com/mcprelay/mcprelay/resume"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -494,4 +495,109 @@ type tlogWriter struct{ t testing.TB }
 func (w tlogWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
+}
+
+// firstCallCut cuts the first SSE answer to a POST (the tools/call) after
+// its first n events, as a dropped connection would.
+type firstCallCut struct {
+	base http.RoundTripper
+	n    int
+	done atomic.Bool
+}
+
+func (c *firstCallCut) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := c.base.RoundTrip(req)
+	if err != nil || req.Method != http.MethodPost || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") || !c.done.CompareAndSwap(false, true) {
+		return resp, err
+	}
+	resp.Body = &eventCutBody{rc: resp.Body, left: c.n}
+	return resp, nil
+}
+
+// eventCutBody reads whole SSE events until left are read, then fails.
+type eventCutBody struct {
+	rc   io.ReadCloser
+	left int
+	prev byte
+}
+
+func (b *eventCutBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		b.rc.Close()
+		return 0, errCut
+	}
+	n, err := b.rc.Read(p[:1]) // byte by byte: stop right after the n-th event
+	if n == 1 {
+		if p[0] == '\n' && b.prev == '\n' {
+			b.left--
+		}
+		b.prev = p[0]
+	}
+	return n, err
+}
+
+func (b *eventCutBody) Close() error { return b.rc.Close() }
+
+// TestGapReported: with a retention of 4 events per session, the events a
+// call logs while its client is away (its stream cut after the priming
+// event and 2 progress notifications, 100 ms of backoff) are evicted; the
+// resume brings a gap reset, which the client reports to its caller
+// (Options.OnReset), then the rest, and the call ends with its result.
+// In a synctest bubble, the relay in process: the timing is exact.
+func TestGapReported(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := eventlog.NewMemory(eventlog.Retention{MaxEvents: 4})
+		t.Cleanup(func() { st.Close() })
+		h, err := relay.New(relay.Options{Backend: backend.SDK(countServer(nil), nil), Store: st})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Close() })
+		var mu sync.Mutex
+		var resets []resume.Reset
+		tr := client.New(client.Options{
+			Endpoint:   "http://relay.test/mcp",
+			HTTPClient: &http.Client{Transport: &firstCallCut{base: backend.InProcess(h), n: 3}},
+			MinBackoff: 100 * time.Millisecond,
+			MaxBackoff: 100 * time.Millisecond,
+			OnReset: func(r resume.Reset) {
+				mu.Lock()
+				resets = append(resets, r)
+				mu.Unlock()
+			},
+		})
+		plog := newProgressLog()
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "gap", Version: "1"}, &mcp.ClientOptions{ProgressNotificationHandler: plog.handle}).Connect(t.Context(), tr, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close()
+		// 40 events 5 ms apart: the call goes on for 200 ms, half of it
+		// while the client waits to resume.
+		p := &mcp.CallToolParams{Name: "count", Arguments: map[string]any{"n": 40, "interval_ms": 5}}
+		p.SetProgressToken("gap")
+		res, err := cs.CallTool(t.Context(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := resultText(t, res); got != "counted 40" {
+			t.Errorf("result %q", got)
+		}
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(resets) != 1 || resets[0].Reason != resume.ReasonGap {
+			t.Fatalf("resets reported %+v, want one gap", resets)
+		}
+		// 1 and 2 before the cut, then a jump past what was evicted, then
+		// every notification up to 40.
+		got := plog.get("gap")
+		ok := len(got) > 2 && slices.Equal(got[:2], []float64{1, 2}) && got[2] > 3 && got[len(got)-1] == 40
+		for i := 3; ok && i < len(got); i++ {
+			ok = got[i] == got[i-1]+1
+		}
+		if !ok {
+			t.Errorf("progress %v: want 1, 2, then a jump (the gap), then each up to 40", got)
+		}
+	})
 }
