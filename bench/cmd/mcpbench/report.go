@@ -274,7 +274,7 @@ func (r *results) text(cfg config) string {
 		}
 		tw.Flush()
 	}
-	fmt.Fprintf(&b, "\n== goals (issue 6)\n")
+	fmt.Fprintf(&b, "\n== goals\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	for _, row := range r.goalRows() {
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
