@@ -48,6 +48,8 @@ type Upstream struct {
 	// A backend past it fails with ErrTimeout. Zero means 60s; negative
 	// means no bound.
 	ResponseTimeout time.Duration
+
+	ready readyCheck // Ready's last answer
 }
 
 // ErrTimeout reports a backend that did not start its answer within

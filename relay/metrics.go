@@ -116,12 +116,25 @@ func (m *metrics) observeAppend(t time.Time) {
 //	mcprelay_sessions 12
 //
 // A 409 resume decision is a tenant-isolation event: alert on it.
+//
+// It applies the MCP endpoint's Host and Origin rules: a page reached
+// through DNS rebinding must not read the counters either.
 func (h *Handler) Metrics() http.Handler {
+	return h.serveMetrics(h.checkOrigin)
+}
+
+// OpsMetrics serves the same metrics as Metrics on a listener of their
+// own (for operators, not MCP clients): Options.AllowedHosts and
+// AllowedOrigins do not apply there; only the DNS-rebinding rule does (a
+// loopback listener answers loopback Host names only).
+func (h *Handler) OpsMetrics() http.Handler {
+	return h.serveMetrics(checkLoopbackHost)
+}
+
+func (h *Handler) serveMetrics(check func(*http.Request) (int, string)) http.Handler {
 	serve := promhttp.HandlerFor(h.metrics.reg, promhttp.HandlerOpts{})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// The same Host and Origin rules as /mcp: a page reached through
-		// DNS rebinding must not read the counters either.
-		if status, msg := h.checkOrigin(r); status != 0 {
+		if status, msg := check(r); status != 0 {
 			http.Error(w, msg, status)
 			return
 		}

@@ -222,3 +222,34 @@ func TestMetricsHostCheck(t *testing.T) {
 		t.Fatalf("/metrics on loopback: %s", resp.Status)
 	}
 }
+
+// OpsMetrics, for a listener of its own, ignores the endpoint's allowed
+// hosts but keeps the DNS-rebinding rule.
+func TestOpsMetricsHosts(t *testing.T) {
+	e := newEnv(t, relay.Options{AllowedHosts: []string{"mcp.example.com"}})
+	for _, c := range []struct {
+		h    http.Handler
+		host string
+		want int
+	}{
+		{e.relay.Metrics(), "", http.StatusForbidden},
+		{e.relay.OpsMetrics(), "", http.StatusOK},
+		{e.relay.OpsMetrics(), "attacker.example", http.StatusForbidden},
+	} {
+		srv := httptest.NewServer(c.h)
+		req, _ := http.NewRequest("GET", srv.URL, nil)
+		if c.host != "" {
+			req.Host = c.host
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		srv.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("Host %q: %s, want %d", req.Host, resp.Status, c.want)
+		}
+	}
+}

@@ -32,6 +32,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcprelay/mcprelay/backend"
@@ -144,7 +145,8 @@ type Handler struct {
 	shutdownOnce sync.Once
 	janitorDone  chan struct{}
 
-	metrics *metrics
+	metrics  *metrics
+	notReady atomic.Bool // the last readiness check failed
 }
 
 const (
@@ -312,10 +314,8 @@ func (h *Handler) checkOrigin(r *http.Request) (int, string) {
 		if !hostAllowed(r.Host, h.opts.AllowedHosts) {
 			return http.StatusForbidden, fmt.Sprintf("Forbidden: Host %q is not allowed", r.Host)
 		}
-	} else if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && la != nil {
-		if isLoopbackAddr(la.String()) && !isLoopbackHost(r.Host) {
-			return http.StatusForbidden, fmt.Sprintf("Forbidden: Host %q is not a loopback name", r.Host)
-		}
+	} else if status, msg := checkLoopbackHost(r); status != 0 {
+		return status, msg
 	}
 	origin := r.Header.Get("Origin")
 	if origin == "" {
@@ -332,6 +332,18 @@ func (h *Handler) checkOrigin(r *http.Request) (int, string) {
 		return 0, ""
 	}
 	return http.StatusForbidden, fmt.Sprintf("Forbidden: Origin %q is not allowed", origin)
+}
+
+// checkLoopbackHost refuses (403) a request that arrived on a loopback
+// address naming a host that is not loopback: a page reached through DNS
+// rebinding.
+func checkLoopbackHost(r *http.Request) (int, string) {
+	if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && la != nil {
+		if isLoopbackAddr(la.String()) && !isLoopbackHost(r.Host) {
+			return http.StatusForbidden, fmt.Sprintf("Forbidden: Host %q is not a loopback name", r.Host)
+		}
+	}
+	return 0, ""
 }
 
 func hostAllowed(host string, allowed []string) bool {

@@ -45,6 +45,8 @@ func serve(args []string) error {
 		maxBody       = fs.Int64("max-body-bytes", 4<<20, "largest POST body accepted")
 		logFormat     = fs.String("log-format", "text", "log format: text or json")
 		logLevel      = fs.String("log-level", "info", "log level: debug, info, warn or error")
+		accessLog     = fs.String("access-log", "debug", "one log line per /mcp request (method, JSON-RPC method, session tag, status, duration, bytes) at this level: off, debug or info")
+		metricsAddr   = fs.String("metrics-addr", "", "serve /metrics (and /healthz, /readyz) on this address of their own instead of on --addr")
 		shutdownGrace = fs.Duration("shutdown-timeout", 10*time.Second, "how long to wait for streams to close on SIGINT/SIGTERM")
 		advertise     = fs.String("advertise", "", "with --store redis://: the URL at which other replicas reach this one's MCP endpoint (default: http://ADDR/mcp from the listener)")
 		secretFile    = fs.String("secret-file", "", "with --store redis://: read the relay secret (at least 32 bytes, mode 0600) from this file instead of sharing one through Redis")
@@ -70,6 +72,10 @@ func serve(args []string) error {
 		return errors.New("serve: --max-children, --env, --env-file and --cwd go with -- COMMAND")
 	}
 	log, err := newLogger(*logFormat, *logLevel)
+	if err != nil {
+		return err
+	}
+	accessLevel, err := parseAccessLog(*accessLog)
 	if err != nil {
 		return err
 	}
@@ -147,6 +153,7 @@ func serve(args []string) error {
 		MaxBodyBytes:       *maxBody,
 		SessionIdleTimeout: *idle,
 		Logger:             log,
+		AccessLog:          accessLevel,
 		Identity:           authn.identity,
 	})
 	if err != nil {
@@ -157,12 +164,31 @@ func serve(args []string) error {
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", authn.protect(h))
 	authn.mount(mux)
-	mux.Handle("/metrics", h.Metrics())
-	srv := newServer(mux, bodyTimeout)
+	mux.Handle("/healthz", relay.Healthz())
+	mux.Handle("/readyz", h.Readyz())
+	servers := []*http.Server{newServer(mux, bodyTimeout)}
+	listeners := []net.Listener{ln}
+	if *metricsAddr == "" {
+		mux.Handle("/metrics", h.Metrics())
+	} else {
+		mln, err := net.Listen("tcp", *metricsAddr)
+		if err != nil {
+			return fmt.Errorf("--metrics-addr: %w", err)
+		}
+		ops := http.NewServeMux()
+		ops.Handle("/metrics", h.OpsMetrics())
+		ops.Handle("/healthz", relay.Healthz())
+		ops.Handle("/readyz", h.Readyz())
+		servers = append(servers, newServer(ops, bodyTimeout))
+		listeners = append(listeners, mln)
+		log.Info("metrics listening", "url", "http://"+mln.Addr().String()+"/metrics")
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	errc := make(chan error, len(servers))
+	for i, srv := range servers {
+		go func() { errc <- srv.Serve(listeners[i]) }()
+	}
 	where := "memory"
 	switch {
 	case *storeKind == "disk":
@@ -171,6 +197,7 @@ func serve(args []string) error {
 		where = "redis, replica " + cluster.Self()
 	}
 	log.Info("mcprelay listening", "url", "http://"+ln.Addr().String()+"/mcp", "upstream", target, "store", where)
+	h.Ready(ctx) // logs why, if not (an upstream that cannot be reached)
 
 	select {
 	case err := <-errc:
@@ -181,10 +208,25 @@ func serve(args []string) error {
 	sctx, cancel := context.WithTimeout(context.Background(), *shutdownGrace)
 	defer cancel()
 	h.Shutdown(sctx)
-	if err := srv.Shutdown(sctx); err != nil {
-		log.Warn("shutdown", "err", err)
+	for _, srv := range servers {
+		if err := srv.Shutdown(sctx); err != nil {
+			log.Warn("shutdown", "err", err)
+		}
 	}
 	return nil
+}
+
+// parseAccessLog reads --access-log: off (nil), debug or info.
+func parseAccessLog(v string) (slog.Leveler, error) {
+	switch v {
+	case "off":
+		return nil, nil
+	case "debug":
+		return slog.LevelDebug, nil
+	case "info":
+		return slog.LevelInfo, nil
+	}
+	return nil, fmt.Errorf("--access-log must be off, debug or info, got %q", v)
 }
 
 func splitList(s string) []string {

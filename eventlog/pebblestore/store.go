@@ -664,6 +664,16 @@ func (s *Store) enter(ctx context.Context, write bool) error {
 
 func (s *Store) leave() { s.life.RUnlock() }
 
+// Ready reports whether the store takes writes: not closed, and no write
+// failed (a full or failing disk; see ErrFailed). It touches no disk.
+func (s *Store) Ready(ctx context.Context) error {
+	if err := s.enter(ctx, true); err != nil {
+		return err
+	}
+	s.leave()
+	return nil
+}
+
 func (s *Store) session(id string) *session {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
