@@ -195,12 +195,25 @@ var (
 		"Sessions in this process by state: served (the backend side is here), forwarded (another replica owns it), restoring (from the store).", []string{"state"}, nil)
 	descStreams = prometheus.NewDesc("mcprelay_streams",
 		"Unfinished streams in this process by kind (request, standalone) and state (attached: a client connection reads it; detached).", []string{"kind", "state"}, nil)
+
+	descEventsRetained = prometheus.NewDesc("mcprelay_store_events_retained",
+		"Events the event log holds, across all sessions (memory and disk stores).", nil, nil)
+	descBytesRetained = prometheus.NewDesc("mcprelay_store_bytes_retained",
+		"Bytes of event data the event log holds, across all sessions (memory and disk stores).", nil, nil)
 )
+
+// retainedReporter is implemented by stores that can tell what they hold
+// cheaply (the memory and disk stores; not Redis, shared by replicas).
+type retainedReporter interface {
+	Retained() (events, bytes int64)
+}
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descSessions
 	ch <- descSessionStates
 	ch <- descStreams
+	ch <- descEventsRetained
+	ch <- descBytesRetained
 }
 
 func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -236,6 +249,11 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		for j, state := range []string{"detached", "attached"} {
 			ch <- prometheus.MustNewConstMetric(descStreams, prometheus.GaugeValue, float64(n[i][j]), kind, state)
 		}
+	}
+	if rr, ok := h.store.(retainedReporter); ok {
+		events, bytes := rr.Retained()
+		ch <- prometheus.MustNewConstMetric(descEventsRetained, prometheus.GaugeValue, float64(events))
+		ch <- prometheus.MustNewConstMetric(descBytesRetained, prometheus.GaugeValue, float64(bytes))
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/mcprelay/mcprelay/eventlog"
 	"github.com/mcprelay/mcprelay/relay"
 )
 
@@ -91,7 +92,8 @@ func count(mfs map[string]*dto.MetricFamily, name string, labels ...string) int 
 // sessions, a tool call, a 409 resume, plain GETs with and without a
 // session) and checks the families and their values.
 func TestMetrics(t *testing.T) {
-	e := newEnv(t, relay.Options{})
+	store := eventlog.NewMemory(eventlog.Retention{})
+	e := newEnv(t, relay.Options{Store: store})
 	a := e.initialize("2025-11-25", "")
 	b := e.initialize("2025-11-25", "")
 	_, resp := a.call(2, 0, true)
@@ -172,6 +174,11 @@ func TestMetrics(t *testing.T) {
 	// possibly batched) went through at least one append.
 	if got := count(mfs, "mcprelay_store_append_seconds"); got < 1 {
 		t.Errorf("mcprelay_store_append_seconds count = %d", got)
+	}
+	events, bytes := store.Retained()
+	if events < 3 || value(mfs, "mcprelay_store_events_retained") != float64(events) || value(mfs, "mcprelay_store_bytes_retained") != float64(bytes) {
+		t.Errorf("retained: metrics say %v events, %v bytes; the store %d, %d (at least the call's 3 events)",
+			value(mfs, "mcprelay_store_events_retained"), value(mfs, "mcprelay_store_bytes_retained"), events, bytes)
 	}
 	for _, name := range []string{"go_goroutines", "go_build_info", "process_start_time_seconds"} {
 		if mfs[name] == nil {
