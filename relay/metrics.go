@@ -51,26 +51,16 @@ func newMetrics(h *Handler) *metrics {
 			Name: "mcprelay_standalone_gets_total",
 			Help: "GETs without Last-Event-ID (opening the standalone stream, not a resume) by HTTP status.",
 		}, []string{"status"}),
-		recreations: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "mcprelay_backend_recreations_total",
-			Help: "Backend sessions re-created after being lost (new incarnations).",
-		}),
-		requestsLost: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "mcprelay_requests_lost_total",
-			Help: "Requests answered with the request-lost error (-32001).",
-		}),
-		restored: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "mcprelay_sessions_restored_total",
-			Help: "Sessions restored from the store after a restart.",
-		}),
-		forwarded: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "mcprelay_requests_forwarded_total",
-			Help: "Requests forwarded to the replica that owns their session.",
-		}),
-		dropped: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "mcprelay_sessions_dropped_total",
-			Help: "Sessions this replica stopped serving because another replica took them over (fenced).",
-		}),
+		recreations: counter("mcprelay_backend_recreations_total",
+			"Backend sessions re-created after being lost (new incarnations)."),
+		requestsLost: counter("mcprelay_requests_lost_total",
+			"Requests answered with the request-lost error (-32001)."),
+		restored: counter("mcprelay_sessions_restored_total",
+			"Sessions restored from the store after a restart."),
+		forwarded: counter("mcprelay_requests_forwarded_total",
+			"Requests forwarded to the replica that owns their session."),
+		dropped: counter("mcprelay_sessions_dropped_total",
+			"Sessions this replica stopped serving because another replica took them over (fenced)."),
 		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "mcprelay_request_duration_seconds",
 			Help:    "Time from a request's arrival to the end of its response (for an SSE answer, the stream's end), by kind (post, resume, delete) and JSON-RPC method.",
@@ -100,6 +90,10 @@ func newMetrics(h *Handler) *metrics {
 		m.reg.MustRegister(c)
 	}
 	return m
+}
+
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 }
 
 // observeAppend records the latency of one store append that began at t.
