@@ -56,7 +56,7 @@ func newMetrics(h *Handler) *metrics {
 		requestsLost: counter("mcprelay_requests_lost_total",
 			"Requests answered with the request-lost error (-32001)."),
 		restored: counter("mcprelay_sessions_restored_total",
-			"Sessions restored from the store after a restart."),
+			"Sessions restored from the store (after a restart, or on another replica after a failover)."),
 		forwarded: counter("mcprelay_requests_forwarded_total",
 			"Requests forwarded to the replica that owns their session."),
 		dropped: counter("mcprelay_sessions_dropped_total",
