@@ -76,7 +76,9 @@ type Init struct {
 
 	// Unrelated receives, in order, the backend's messages that belong to
 	// no call (list-changed, logging with no call in flight, requests of
-	// the server outside a call). It is called from one goroutine of the
+	// the server outside a call), from the session's first Listen on
+	// (a connector that receives them anyway may pass them on before). It
+	// is called from one goroutine of the
 	// connector's and may block (the relay logs durably): the connector
 	// waits. Nil drops them.
 	Unrelated func(msg []byte)
@@ -112,6 +114,15 @@ type Session interface {
 	// server's requests): msg is one message or a batch. ErrSessionLost if
 	// the session is gone.
 	Notify(ctx context.Context, msg []byte) error
+
+	// Listen asks for the backend's unrelated messages (Init.Unrelated)
+	// from now on, once the session is in operation. A connector that
+	// must hold something open per session to receive them (an HTTP
+	// backend's GET stream: a goroutine and a connection) does so only
+	// from the first Listen on, so a session whose client never listens
+	// costs nothing for it; a stdio child's messages arrive anyway.
+	// Listen is idempotent and does not block.
+	Listen()
 
 	// Close ends the backend session (an HTTP DELETE, a child stopped).
 	// Replies in flight end. Close is idempotent.

@@ -52,7 +52,7 @@ var (
 
 // Open starts a backend session: it POSTs the client's initialize request
 // and returns the backend's response. The backend's GET stream is opened
-// once the caller has sent notifications/initialized.
+// once the caller has sent notifications/initialized and called Listen.
 func (u *Upstream) Open(ctx context.Context, init Init) (Session, []byte, error) {
 	id, err := requestID(init.Request)
 	if err != nil {
@@ -110,6 +110,8 @@ type httpSession struct {
 
 	mu          sync.Mutex
 	closed      bool
+	initialized bool // notifications/initialized was sent
+	listen      bool // Listen was called
 	pumping     bool
 	stopPump    context.CancelFunc
 	lostOnce    sync.Once
@@ -216,9 +218,21 @@ func (s *httpSession) Notify(ctx context.Context, msg []byte) error {
 	}
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 	if isInitialized(msg) {
+		s.mu.Lock()
+		s.initialized = true
+		s.mu.Unlock()
 		s.startPump()
 	}
 	return nil
+}
+
+// Listen implements [Session]: the backend's GET stream is opened once the
+// session is initialized.
+func (s *httpSession) Listen() {
+	s.mu.Lock()
+	s.listen = true
+	s.mu.Unlock()
+	s.startPump()
 }
 
 // isInitialized reports whether msg is the notifications/initialized
@@ -442,10 +456,12 @@ func (s *httpSession) confirmLost(ctx context.Context) bool {
 	return resp.StatusCode == http.StatusNotFound
 }
 
+// startPump opens the GET stream once the session is initialized and
+// Listen was called.
 func (s *httpSession) startPump() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.pumping || s.closed {
+	if s.pumping || s.closed || !s.initialized || !s.listen {
 		return
 	}
 	s.pumping = true

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -77,6 +78,7 @@ func TestResponseOnGETStreamKeepsClientID(t *testing.T) {
 	if err := s.Notify(t.Context(), []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)); err != nil {
 		t.Fatal(err)
 	}
+	s.Listen()
 	w := <-get
 	r, err := s.Call(t.Context(), []byte(`{"jsonrpc":"2.0","id":"c-1","method":"tools/call","params":{"name":"x"}}`), nil)
 	if err != nil {
@@ -96,5 +98,69 @@ func TestResponseOnGETStreamKeepsClientID(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the answer on the GET stream never came")
+	}
+}
+
+// TestGETStreamOpensOnListen: the backend's GET stream is opened once the
+// session is initialized and Listen was called, in either order, and only
+// once.
+func TestGETStreamOpensOnListen(t *testing.T) {
+	for _, listenFirst := range []bool{false, true} {
+		t.Run(fmt.Sprint("listen first: ", listenFirst), func(t *testing.T) {
+			var gets atomic.Int32
+			srv := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodGet {
+					gets.Add(1)
+					w.Header().Set("Content-Type", "text/event-stream")
+					w.WriteHeader(http.StatusOK)
+					w.(http.Flusher).Flush()
+					<-r.Context().Done()
+					return
+				}
+				var m struct {
+					ID     json.RawMessage `json:"id"`
+					Method string          `json:"method"`
+				}
+				json.NewDecoder(r.Body).Decode(&m)
+				if m.Method == "initialize" {
+					w.Header().Set("Mcp-Session-Id", "s1")
+					w.Header().Set("Content-Type", "application/json")
+					fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"x","version":"1"}}}`, m.ID)
+					return
+				}
+				w.WriteHeader(http.StatusAccepted)
+			})
+			s, _, err := backend.Handler(srv).Open(t.Context(), backend.Init{
+				Request: []byte(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if listenFirst {
+				s.Listen()
+			}
+			if err := s.Notify(t.Context(), []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)); err != nil {
+				t.Fatal(err)
+			}
+			// A call round trip: the pump would have sent its GET by now
+			// in most runs; the check below holds in all.
+			if err := s.Notify(t.Context(), []byte(`{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}`)); err != nil {
+				t.Fatal(err)
+			}
+			if n := gets.Load(); !listenFirst && n != 0 {
+				t.Fatalf("%d GETs before Listen, want none", n)
+			}
+			s.Listen()
+			s.Listen()
+			deadline := time.Now().Add(10 * time.Second)
+			for gets.Load() == 0 && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			time.Sleep(20 * time.Millisecond) // a second GET would show now
+			if n := gets.Load(); n != 1 {
+				t.Fatalf("%d GETs after Listen, want 1", n)
+			}
+		})
 	}
 }

@@ -37,6 +37,9 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request) {
 	if s != nil && !h.checkVersion(w, r, s) {
 		return
 	}
+	if s != nil {
+		s.listen()
+	}
 	in := resume.Input{HasSessionHeader: sid != ""}
 	if s != nil {
 		gen, _ := s.current()
@@ -88,7 +91,7 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	h.serveStream(w, r, s, d.Plan, false)
+	h.serveStream(w, r, s, d.Plan, false, false)
 }
 
 // serveStandalone serves a GET without Last-Event-ID: a new standalone
@@ -122,13 +125,14 @@ func (h *Handler) serveStandalone(w http.ResponseWriter, r *http.Request, sid st
 		return
 	}
 	status(http.StatusOK)
+	s.listen()
 	s.mu.Lock()
 	st := s.standalone
 	s.mu.Unlock()
 	st.mu.Lock()
 	from := st.delivered
 	st.mu.Unlock()
-	h.serveStream(w, r, s, resume.Tail(st.key, st.gen, from), primes(s))
+	h.serveStream(w, r, s, resume.Tail(st.key, st.gen, from), primes(s), false)
 }
 
 var rejectText = map[resume.Outcome]string{

@@ -28,6 +28,7 @@ func TestBackendGET404IsNotSessionLoss(t *testing.T) {
 	up := &hostile.Upstream{Next: backend.SDKHandler(testServer(nil), nil), GET404: true}
 	e := newEnv(t, relay.Options{Backend: backend.Handler(up)})
 	s := e.initialize("2025-11-25", "")
+	s.get("") // a client that listens: the relay opens the backend's GET
 	deadline := time.Now().Add(time.Second)
 	for time.Now().Before(deadline) && up.GETs.Load() == 0 {
 		time.Sleep(10 * time.Millisecond)

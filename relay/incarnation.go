@@ -424,6 +424,9 @@ func (h *Handler) nextIncarnation(ctx context.Context, s *session, rec *eventlog
 	if err := bs.Notify(ctx, initializedNote); err != nil {
 		return fail(err)
 	}
+	if s.isListening() || h.cluster != nil {
+		bs.Listen()
+	}
 	if err := h.replayState(ctx, s, bs); err != nil {
 		return fail(err)
 	}

@@ -186,6 +186,10 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, body []byte
 	}
 	s.version = version
 	s.backend = bs
+	if h.cluster != nil {
+		s.listening = true
+		bs.Listen()
+	}
 	if err := h.createSession(r, s, m.Params); err != nil {
 		bs.Close()
 		if errors.Is(err, eventlog.ErrUnavailable) {
@@ -346,7 +350,7 @@ func (h *Handler) forwardRequest(w http.ResponseWriter, r *http.Request, s *sess
 		s.mu.Unlock()
 		go h.pumpRequest(pctx, st, rep)
 	}
-	h.serveStream(w, r, s, resume.Tail(st.key, st.gen, 0), primes(s))
+	h.serveStream(w, r, s, resume.Tail(st.key, st.gen, 0), primes(s), true)
 }
 
 // writeBackendError answers a message the backend did not take: its own

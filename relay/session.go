@@ -31,6 +31,7 @@ type session struct {
 	standalone  *stream              // current standalone (GET) stream
 	inflight    map[*stream]struct{} // request streams awaiting their response
 	closed      bool
+	listening   bool              // the backend's unrelated messages are received (see listen)
 	replay      []json.RawMessage // state-setting requests, replayed to each new incarnation
 	recreated   []time.Time       // when the backend side was re-created, within recreationWindow
 
@@ -47,6 +48,31 @@ type session struct {
 }
 
 func (s *session) touch() { s.lastSeen.Store(time.Now().UnixNano()) }
+
+// listen makes s's backend sessions, this one and every later incarnation,
+// receive the backend's unrelated messages (backend.Session.Listen). The
+// relay asks for them from a session's first GET on: only a client that
+// opens a GET stream can be sent them (a client of the backend itself
+// that opens none is not either), and from then on they wait in the log
+// while the client is away. A session whose client never opens a GET costs
+// no backend GET stream. With a Cluster every session listens from the
+// start: a GET may reach another replica than the owner.
+func (s *session) listen() {
+	s.mu.Lock()
+	first := !s.listening
+	s.listening = true
+	bs := s.backend
+	s.mu.Unlock()
+	if first && bs != nil {
+		bs.Listen()
+	}
+}
+
+func (s *session) isListening() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.listening
+}
 
 // current returns the incarnation and its backend session.
 func (s *session) current() (gen uint64, bs backend.Session) {
@@ -73,6 +99,10 @@ type stream struct {
 	cancelled bool                       // the client sent notifications/cancelled
 	conn      *attachment                // the client connection reading it
 	delivered uint64                     // highest seq written to any connection
+	// unsynced: the stream's record was created without waiting for the
+	// store's disk, and no append has made it durable yet; nothing may
+	// name the stream (a cursor) before [Handler.makeDurable].
+	unsynced bool
 
 	wake   chan struct{} // cap 1: an event was appended or the state changed
 	cancel context.CancelFunc
@@ -236,13 +266,53 @@ func (h *Handler) newStream(ctx context.Context, s *session, gen uint64, standal
 			rec.RequestID, _ = json.Marshal(ids)
 		}
 	}
-	if err := h.store.CreateStream(ctx, rec); err != nil {
+	var err error
+	if us, ok := h.store.(unsyncedCreator); ok && !standalone {
+		// A call's stream becomes durable with its first append (the
+		// response, for most calls), or when a cursor naming it is first
+		// sent: one fsync per call, not two.
+		err = us.CreateStreamUnsynced(ctx, rec)
+		st.unsynced = err == nil
+	} else {
+		err = h.store.CreateStream(ctx, rec)
+	}
+	if err != nil {
 		return nil, err
 	}
 	h.mu.Lock()
 	h.streams[st.skey] = st
 	h.mu.Unlock()
 	return st, nil
+}
+
+// unsyncedCreator is a store that can create a stream without waiting for
+// its disk (eventlog/pebblestore): the record is durable once a later
+// synced write returned, or after Sync.
+type unsyncedCreator interface {
+	CreateStreamUnsynced(ctx context.Context, s *eventlog.Stream) error
+	Sync(ctx context.Context) error
+}
+
+// makeDurable makes st's record durable before a cursor naming it is sent
+// without an event of the log (a priming event, a retry), which would
+// prove it durable.
+func (h *Handler) makeDurable(ctx context.Context, st *stream) error {
+	if st == nil {
+		return nil
+	}
+	st.mu.Lock()
+	unsynced := st.unsynced
+	st.mu.Unlock()
+	if !unsynced {
+		return nil
+	}
+	if err := h.store.(unsyncedCreator).Sync(ctx); err != nil {
+		return err
+	}
+	st.mu.Lock()
+	st.unsynced = false
+	st.mu.Unlock()
+	return nil
 }
 
 // liveStream returns the in-memory stream for key, or nil.
@@ -319,6 +389,7 @@ func (h *Handler) appendEvents(st *stream, terminal bool, evs ...eventlog.Event)
 	}
 	st.mu.Lock()
 	st.gap = false
+	st.unsynced = false // the append was synced, and the record before it
 	if terminal {
 		st.done = true
 	}

@@ -25,12 +25,21 @@ var eventBufs = sync.Pool{New: func() any {
 	return &b
 }}
 
+// primeDelay is how long a call's stream holds its headers and priming
+// event back waiting for its first event, so that a quick call is answered
+// in one write, and, with a durable store, one fsync: the stream's record
+// is made durable by the event's append rather than by a sync of its own
+// before the priming event names it. A slower call gets them after
+// primeDelay (the record synced first).
+var primeDelay = 10 * time.Millisecond
+
 // serveStream writes a stream to the client as SSE, executing plan p
 // (resume.Plan): priming event, resets, replay from the log, then live
 // events as they are logged, until the stream ends, the connection is taken
 // over, the client leaves, the poll interval passes, or the relay shuts
-// down.
-func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, s *session, p resume.Plan, priming bool) {
+// down. hold (a new call's stream) holds the headers and the priming event
+// back for up to primeDelay.
+func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, s *session, p resume.Plan, priming, hold bool) {
 	hdr := w.Header()
 	hdr.Set("Content-Type", "text/event-stream")
 	hdr.Set("Cache-Control", "no-cache, no-transform")
@@ -41,6 +50,23 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, s *session
 	defer s.touch()
 
 	c := &sseConn{w: w, rc: http.NewResponseController(w), codec: h.codec}
+	var holdC <-chan time.Time
+	if hold {
+		st := h.liveStream(p.Stream.String())
+		c.hold = true
+		c.durable = func() error {
+			err := h.makeDurable(r.Context(), st)
+			if err != nil && r.Context().Err() == nil {
+				// No cursor goes out that a crash could make name
+				// nothing: the client sees the stream end without one.
+				h.log.Error("syncing a call's stream before its priming event", logSession, s.id, logStream, p.Stream.String(), "err", err)
+			}
+			return err
+		}
+		t := time.NewTimer(primeDelay)
+		defer t.Stop()
+		holdC = t.C
+	}
 	if priming {
 		c.id(p.Stream, p.Generation, p.From, 0, true)
 	}
@@ -65,7 +91,7 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, s *session
 			a = &attachment{kick: make(chan struct{})}
 			st.attach(a)
 		}
-		next, ok := h.follow(r, c, s, st, a, key, p, pollC)
+		next, ok := h.follow(r, c, s, st, a, key, p, pollC, holdC)
 		if st != nil {
 			st.detach(a)
 		}
@@ -81,7 +107,7 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, s *session
 // mid-stream rules of package resume to each read of the log. It returns
 // the plan of the stream to switch to (the session's current standalone
 // stream after a generation change), or nil when the connection is done.
-func (h *Handler) follow(r *http.Request, c *sseConn, s *session, st *stream, a *attachment, key string, p resume.Plan, pollC <-chan time.Time) (*resume.Plan, bool) {
+func (h *Handler) follow(r *http.Request, c *sseConn, s *session, st *stream, a *attachment, key string, p resume.Plan, pollC, holdC <-chan time.Time) (*resume.Plan, bool) {
 	ctx := r.Context()
 	cursor := p.From
 	gapAnnounced := p.ResetBefore == resume.ReasonGap
@@ -153,7 +179,7 @@ func (h *Handler) follow(r *http.Request, c *sseConn, s *session, st *stream, a 
 			}
 			continue
 		}
-		if c.flush() != nil {
+		if (!c.hold || n > 0) && c.flush() != nil {
 			return nil, false
 		}
 		if p.ReplayDone(cursor, resume.Stream{LastSeq: rec.LastSeq, Terminal: rec.Terminal}) {
@@ -212,6 +238,10 @@ func (h *Handler) follow(r *http.Request, c *sseConn, s *session, st *stream, a 
 		case <-pollC:
 			c.retry(p.Stream, p.Generation, cursor, h.opts.PollInterval)
 			return nil, true
+		case <-holdC:
+			if c.flush() != nil {
+				return nil, false
+			}
 		}
 	}
 }
@@ -252,6 +282,11 @@ type sseConn struct {
 	buf   []byte
 	idBuf []byte
 	err   error
+	// hold: nothing is sent before an event of the log is written (which
+	// proves the stream's record durable) or durable has returned; see
+	// primeDelay.
+	hold    bool
+	durable func() error
 }
 
 func (c *sseConn) id(key resume.StreamKey, gen, seq uint64, retry time.Duration, emptyData bool) {
@@ -264,6 +299,7 @@ func (c *sseConn) id(key resume.StreamKey, gen, seq uint64, retry time.Duration,
 }
 
 func (c *sseConn) event(key resume.StreamKey, gen uint64, ev eventlog.Event) {
+	c.hold = false
 	// The id line is written here, straight from the codec, so that no
 	// string is made per event; AppendEvent writes the rest.
 	c.buf = append(c.buf, "id: "...)
@@ -293,6 +329,14 @@ func (c *sseConn) write() {
 }
 
 func (c *sseConn) flush() error {
+	if c.hold {
+		// A cursor naming the stream is about to go out without an
+		// event: the stream's record must be durable first.
+		c.hold = false
+		if c.err == nil {
+			c.err = c.durable()
+		}
+	}
 	c.write()
 	if c.err == nil {
 		c.err = c.rc.Flush()

@@ -150,6 +150,7 @@ func (s suite) openAt(t *testing.T, h Harness, id, version string) *session {
 	if err := bs.Notify(ctx, []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)); err != nil {
 		t.Fatalf("Notify(initialized): %v", err)
 	}
+	bs.Listen()
 	return ss
 }
 

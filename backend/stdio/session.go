@@ -177,6 +177,10 @@ func (s *Session) call(ctx context.Context, msg []byte) (*reply, error) {
 	return r, nil
 }
 
+// Listen implements [backend.Session]: a child's stdout is read from the
+// start, so its unrelated messages need nothing more.
+func (s *Session) Listen() {}
+
 // Notify sends client notifications and responses to the child unchanged,
 // except that notifications/cancelled names the child-side id of each call
 // in flight that the client's requestId names.

@@ -284,8 +284,49 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	return nil
 }
 
-// CreateStream implements [eventlog.Log].
+// CreateStream implements [eventlog.Log]. Under SyncAlways the record is
+// durable when it returns.
 func (s *Store) CreateStream(ctx context.Context, in *eventlog.Stream) error {
+	return s.createStream(ctx, in, nil)
+}
+
+// CreateStreamUnsynced is CreateStream without waiting for the disk: the
+// record is committed and visible at once, and durable once a later synced
+// write of this store has returned (under SyncAlways: any Append, of any
+// stream, that started after it returned; or [Store.Sync]). The WAL is one
+// sequence, so a synced write makes everything before it durable.
+//
+// The relay creates each call's stream with it: the call's response, one
+// synced Append, then makes the stream durable together with its events,
+// one fsync per call instead of two. A caller that names the stream to
+// anyone (a cursor) before such a write must call Sync first.
+func (s *Store) CreateStreamUnsynced(ctx context.Context, in *eventlog.Stream) error {
+	return s.createStream(ctx, in, pebble.NoSync)
+}
+
+// Sync makes every write committed before it was called as durable as
+// the policy makes an acknowledged write: under SyncAlways, one WAL fsync,
+// shared with the commits waiting for one at the same time; under
+// SyncInterval and SyncNone nothing (their writes are not durable when
+// acknowledged either).
+func (s *Store) Sync(ctx context.Context) error {
+	if err := s.enter(ctx, true); err != nil {
+		return err
+	}
+	defer s.leave()
+	if s.sync != SyncAlways {
+		return nil
+	}
+	if err := s.db.LogData(nil, pebble.Sync); err != nil {
+		return s.fail(err)
+	}
+	if err := s.failed.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
+
+func (s *Store) createStream(ctx context.Context, in *eventlog.Stream, wo *pebble.WriteOptions) error {
 	if in.Key == "" {
 		return errEmptyKey
 	}
@@ -339,7 +380,7 @@ func (s *Store) CreateStream(ctx context.Context, in *eventlog.Stream) error {
 	t.val = appendIdent(t.val[:0], &st.streamRecord)
 	t.set(t.key, t.val)
 	t.markDirty(st)
-	if err := s.commit(t, nil); err != nil {
+	if err := s.commit(t, wo); err != nil {
 		st.dropped = true
 		delete(ss.streams, st.num)
 		s.unpublish([]*stream{st})

@@ -1,0 +1,142 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcprelay/mcprelay/eventlog"
+	"github.com/mcprelay/mcprelay/relay"
+	"github.com/mcprelay/mcprelay/sse"
+)
+
+// syncCountingStore is a memory store that counts the writes a durable
+// store would fsync for (every write but CreateStreamUnsynced), by kind,
+// the way eventlog/pebblestore commits them under SyncAlways.
+type syncCountingStore struct {
+	*eventlog.Memory
+	mu     sync.Mutex
+	synced map[string]int
+}
+
+func (s *syncCountingStore) count(kind string) {
+	s.mu.Lock()
+	s.synced[kind]++
+	s.mu.Unlock()
+}
+
+func (s *syncCountingStore) snapshot() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int, len(s.synced))
+	for k, v := range s.synced {
+		out[k] = v
+	}
+	return out
+}
+
+func (s *syncCountingStore) CreateStream(ctx context.Context, st *eventlog.Stream) error {
+	s.count("CreateStream")
+	return s.Memory.CreateStream(ctx, st)
+}
+
+func (s *syncCountingStore) CreateStreamUnsynced(ctx context.Context, st *eventlog.Stream) error {
+	return s.Memory.CreateStream(ctx, st)
+}
+
+func (s *syncCountingStore) Sync(context.Context) error {
+	s.count("Sync")
+	return nil
+}
+
+func (s *syncCountingStore) Append(ctx context.Context, key string, terminal bool, evs ...eventlog.Event) (uint64, error) {
+	s.count("Append")
+	return s.Memory.Append(ctx, key, terminal, evs...)
+}
+
+func (s *syncCountingStore) UpdateSession(ctx context.Context, rec *eventlog.Session) error {
+	s.count("UpdateSession")
+	return s.Memory.UpdateSession(ctx, rec)
+}
+
+// TestOneSyncPerCall: a call answered at once costs one synced write (its
+// response, which also makes its stream's record durable), and the client
+// still gets the priming event first, in the same write. A call whose
+// first event comes before the priming delay costs no more than its
+// appends; a call with nothing to send for longer costs one Sync (the
+// record is made durable before the priming event names it).
+func TestOneSyncPerCall(t *testing.T) {
+	cases := []struct {
+		name       string
+		primeDelay time.Duration
+		call       func(s *rawSession) []sse.Event
+		perCall    map[string]int
+	}{
+		{"answered before the priming delay", time.Minute, func(s *rawSession) []sse.Event {
+			_, resp := s.call(0, 0, false)
+			return streamOf(t, resp)
+		}, map[string]int{"Append": 1}},
+		{"a progress notification before the priming delay", time.Minute, func(s *rawSession) []sse.Event {
+			_, resp := s.call(2, 30, true) // progress, 30 ms, progress, 30 ms, the answer
+			return streamOf(t, resp)
+		}, map[string]int{"Append": 3}},
+		{"nothing before the priming delay", time.Millisecond, func(s *rawSession) []sse.Event {
+			id := s.nextID
+			s.nextID++
+			resp := s.post(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"block","arguments":{}}}`, id))
+			sc := sse.NewScanner(resp.Body)
+			priming, err := sc.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.post(fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%d}}`, id))
+			evs := []sse.Event{priming}
+			for {
+				ev, err := sc.Next()
+				if err != nil {
+					return evs
+				}
+				evs = append(evs, ev)
+			}
+		}, map[string]int{"Sync": 1, "Append": 1}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			defer relay.SetPrimeDelay(tc.primeDelay)()
+			store := &syncCountingStore{Memory: eventlog.NewMemory(eventlog.Retention{}), synced: map[string]int{}}
+			e := newEnv(t, relay.Options{Store: store, SessionIdleTimeout: -1})
+			s := e.initialize("2025-11-25", "")
+			before := store.snapshot()
+			const calls = 5
+			for range calls {
+				evs := tc.call(s)
+				if len(evs) < 2 || evs[0].ID == "" || len(evs[0].Data) != 0 {
+					t.Fatalf("events %+v, want a priming event (an id, no data) first", evs)
+				}
+				if last := evs[len(evs)-1]; !strings.Contains(string(last.Data), `"id":`) {
+					t.Fatalf("last event %q, want the response", last.Data)
+				}
+			}
+			after := store.snapshot()
+			for _, kind := range []string{"CreateStream", "Append", "Sync", "UpdateSession"} {
+				if got, want := after[kind]-before[kind], calls*tc.perCall[kind]; got != want {
+					t.Errorf("%d calls: %d synced %s, want %d", calls, got, kind, want)
+				}
+			}
+		})
+	}
+}
+
+// streamOf reads a call's whole stream.
+func streamOf(t *testing.T, resp *http.Response) []sse.Event {
+	t.Helper()
+	evs, ended := events(t, resp, 0, 10*time.Second)
+	if !ended {
+		t.Fatalf("the call's stream did not end: %+v", evs)
+	}
+	return evs
+}
