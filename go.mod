@@ -12,7 +12,9 @@ require (
 	github.com/prometheus/client_golang v1.16.0
 	github.com/prometheus/client_model v0.3.0
 	github.com/prometheus/common v0.42.0
+	github.com/peterbourgon/ff/v3 v3.4.0
 	github.com/redis/rueidis v1.0.79
+	golang.org/x/time v0.15.0
 	golang.org/x/tools v0.52.0
 )
 
@@ -57,6 +59,5 @@ require (
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
-	golang.org/x/time v0.15.0 // indirect
 	google.golang.org/protobuf v1.33.0 // indirect
 )

@@ -49,7 +49,22 @@ type Upstream struct {
 	// means no bound.
 	ResponseTimeout time.Duration
 
+	// Header is sent on every request to the server: the session's
+	// (initialize, calls, GET streams, DELETE), a discarded session's
+	// DELETE, and stateless requests. It carries what the server needs from
+	// the relay itself, such as its own credentials for the upstream. Its
+	// values replace those of the same name in Init.Header and, on
+	// stateless requests, the client's. Nil sends none.
+	Header http.Header
+
 	ready readyCheck // Ready's last answer
+}
+
+// setHeader sets u.Header's values on h, replacing those of the same name.
+func (u *Upstream) setHeader(h http.Header) {
+	for k, vs := range u.Header {
+		h[http.CanonicalHeaderKey(k)] = vs
+	}
 }
 
 // ErrTimeout reports a backend that did not start its answer within

@@ -69,9 +69,10 @@ type Init struct {
 	// Request is the client's initialize request, a whole JSON-RPC message.
 	Request []byte
 
-	// Header holds HTTP headers an HTTP backend forwards on every request
-	// of the session (for example Authorization, when the operator asked
-	// for it). Others ignore it.
+	// Header holds HTTP headers an HTTP backend sends on every request of
+	// the session: the client's Authorization when the relay forwards it
+	// (relay.Options.ForwardAuthorization), else nothing. Others ignore
+	// it.
 	Header http.Header
 
 	// Unrelated receives, in order, the backend's messages that belong to

@@ -136,6 +136,7 @@ func (s *httpSession) do(ctx context.Context, method string, body []byte, lastEv
 	for k, vs := range s.header {
 		req.Header[k] = vs
 	}
+	s.u.setHeader(req.Header)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", "application/json, text/event-stream")

@@ -46,6 +46,7 @@ func (u *Upstream) check(ctx context.Context) error {
 		return err
 	}
 	req.Header.Set("Accept", "text/event-stream")
+	u.setHeader(req.Header)
 	resp, err := u.HTTPClient().Do(req)
 	if err != nil {
 		return fmt.Errorf("backend: not reachable: %w", err)

@@ -14,7 +14,10 @@ import (
 var ErrAnswerBroken = errors.New("backend: the answer broke off")
 
 // ServeStateless passes a stateless (2026-07-28) request through to the
-// backend's stateless endpoint and streams the answer back. The client
+// backend's stateless endpoint and streams the answer back. The request's
+// headers go with it, but for hop-by-hop ones and those Upstream.Header
+// replaces; the relay removes the client's Authorization first unless it
+// was asked to forward it. The client
 // closing its connection cancels the backend request, as that revision
 // requires. No session, no event IDs, nothing logged: a backend that
 // cannot be reached gets the client a 502 with a generic JSON-RPC error,
@@ -33,6 +36,7 @@ func (u *Upstream) ServeStateless(w http.ResponseWriter, r *http.Request, body [
 		}
 		req.Header[k] = vs
 	}
+	u.setHeader(req.Header)
 	resp, err := u.HTTPClient().Do(req)
 	if err != nil {
 		if r.Context().Err() != nil {

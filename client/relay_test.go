@@ -409,8 +409,9 @@ func TestSessionLost(t *testing.T) {
 	}
 }
 
-// TestPolling: a relay that closes streams every few milliseconds (with
-// retry) still delivers a long call's notifications once, in order.
+// TestPolling: a relay that closes streams after a few milliseconds (with
+// retry; each opening connection once) still delivers a long call's
+// notifications once, in order.
 func TestPolling(t *testing.T) {
 	h, err := relay.New(relay.Options{Backend: backend.SDK(countServer(nil), nil), PollInterval: 10 * time.Millisecond})
 	if err != nil {
@@ -446,8 +447,9 @@ func TestPolling(t *testing.T) {
 	if got := plog.waitFor(ctx, "poll", 20); len(got) != 20 || !inOrder(got) {
 		t.Errorf("progress %v", got)
 	}
-	// 20 events 3 ms apart outlast a 10 ms poll interval: the call was
-	// carried across several closes, each resumed by GET.
+	// 20 events 3 ms apart outlast a 10 ms poll interval: the call's POST
+	// stream was closed once and resumed by GET, and so was the GET that
+	// opened the standalone stream.
 	if n := resumes.Load(); n < 2 {
 		t.Errorf("the client resumed %d times: the relay did not close for polling, or the client did not resume", n)
 	}

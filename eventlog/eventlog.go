@@ -145,6 +145,17 @@ type Log interface {
 	Streams(ctx context.Context, session string) ([]Stream, error)
 }
 
+// SessionSummary is a session's record and what a store retains for it,
+// as listed by stores that can list their sessions (a ListSessions method,
+// implemented by the memory and disk stores; the Redis store has no index
+// of its sessions to list them from, short of scanning every key).
+type SessionSummary struct {
+	Session
+	Streams int   // streams held: live, or finished and within TerminalGrace
+	Events  int   // events retained, across its streams
+	Bytes   int64 // bytes of event data (sum of len(Data)) retained
+}
+
 // Store is both, plus Close.
 type Store interface {
 	Sessions

@@ -25,6 +25,7 @@ type Memory struct {
 	nextSweep  atomic.Int64 // nanoseconds since epoch of the next sweep step
 	sweepShard atomic.Uint32
 	closed     atomic.Bool
+	size       atomic.Int64 // what Size reports
 
 	sessions [numShards]sessionShard
 	streams  [numShards]streamShard
@@ -55,6 +56,7 @@ type memSession struct {
 	terminal ring[*memStream] // terminal streams in order of their terminal append
 	events   int              // retained events across streams
 	bytes    int64            // sum of len(Data) of retained events
+	recBytes int64            // recordBytes(&rec)
 	stale    int              // runs in order that refer to dropped streams
 }
 
@@ -106,7 +108,7 @@ func (m *Memory) CreateSession(ctx context.Context, s *Session) error {
 	if s.ID == "" {
 		return errEmptyID
 	}
-	ss := &memSession{rec: cloneSession(s)}
+	ss := &memSession{rec: cloneSession(s), recBytes: recordBytes(s)}
 	sh := &m.sessions[m.shard(s.ID)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -114,6 +116,7 @@ func (m *Memory) CreateSession(ctx context.Context, s *Session) error {
 		return ErrExists
 	}
 	sh.m[s.ID] = ss
+	m.size.Add(ss.recBytes)
 	return nil
 }
 
@@ -159,6 +162,9 @@ func (m *Memory) UpdateSession(ctx context.Context, s *Session) error {
 		return ErrNotFound
 	}
 	ss.rec = c
+	n := recordBytes(s)
+	m.size.Add(n - ss.recBytes)
+	ss.recBytes = n
 	return nil
 }
 
@@ -201,6 +207,8 @@ func (m *Memory) Retained() (events, bytes int64) {
 // dropSessionLocked marks ss gone and drops all its streams and events.
 func (m *Memory) dropSessionLocked(ss *memSession) {
 	ss.gone = true
+	m.size.Add(-ss.bytes - ss.recBytes)
+	ss.recBytes = 0
 	for _, st := range ss.streams {
 		st.dropped = true
 		st.events = ring[Event]{}
@@ -305,6 +313,7 @@ func (m *Memory) Append(ctx context.Context, key string, terminal bool, events .
 		}
 		st.bytes += n
 		ss.bytes += n
+		m.size.Add(n)
 		ss.events += len(events)
 		if ss.order.len() > 0 && ss.order.back().s == st {
 			ss.order.back().n += len(events)
@@ -339,6 +348,7 @@ func (m *Memory) evictLocked(ss *memSession) {
 		ev := st.events.popFront()
 		st.bytes -= int64(len(ev.Data))
 		ss.bytes -= int64(len(ev.Data))
+		m.size.Add(-int64(len(ev.Data)))
 		ss.events--
 		if r.n--; r.n == 0 {
 			st.runs--
@@ -366,6 +376,7 @@ func (m *Memory) dropStreamLocked(ss *memSession, st *memStream) {
 	st.dropped = true
 	ss.events -= st.events.len()
 	ss.bytes -= st.bytes
+	m.size.Add(-st.bytes)
 	st.events, st.bytes = ring[Event]{}, 0
 	ss.stale += st.runs
 	st.runs = 0
@@ -481,6 +492,56 @@ func (m *Memory) Streams(ctx context.Context, session string) ([]Stream, error) 
 		out[i] = st.record()
 	}
 	return out, nil
+}
+
+// ListSessions returns a summary of every session, in any order. Each is
+// consistent in itself; sessions created or deleted meanwhile may or may
+// not be listed.
+func (m *Memory) ListSessions(ctx context.Context) ([]SessionSummary, error) {
+	if err := m.check(ctx); err != nil {
+		return nil, err
+	}
+	var all []*memSession
+	for i := range m.sessions {
+		sh := &m.sessions[i]
+		sh.mu.RLock()
+		for _, ss := range sh.m {
+			all = append(all, ss)
+		}
+		sh.mu.RUnlock()
+	}
+	out := make([]SessionSummary, 0, len(all))
+	now := time.Now()
+	for _, ss := range all {
+		ss.mu.Lock()
+		m.expireLocked(ss, now)
+		if !ss.gone {
+			out = append(out, SessionSummary{Session: cloneSession(&ss.rec), Streams: len(ss.streams), Events: ss.events, Bytes: ss.bytes})
+		}
+		ss.mu.Unlock()
+	}
+	return out, nil
+}
+
+// Size reports the bytes the store holds for its sessions: the data of
+// every retained event, and each session record's initialize params and
+// recorded requests. It is what relay.Limits.MaxStoreBytes bounds; the
+// maps and structures around them (a few hundred bytes per session and
+// stream) are not counted.
+func (m *Memory) Size(ctx context.Context) (int64, error) {
+	if err := m.check(ctx); err != nil {
+		return 0, err
+	}
+	return m.size.Load(), nil
+}
+
+// recordBytes is what a session record counts toward Size.
+func recordBytes(s *Session) int64 {
+	n := int64(len(s.InitializeParams))
+	for _, r := range s.Replay {
+		n += int64(len(r))
+	}
+	return n
 }
 
 // Close drops everything the store holds. Later calls fail. Close is

@@ -2,10 +2,12 @@ package eventlog_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/mcprelay/mcprelay/eventlog"
 	"github.com/mcprelay/mcprelay/eventlog/storetest"
@@ -178,4 +180,44 @@ func BenchmarkMemoryReadAfter(b *testing.B) {
 			b.ReportMetric(float64(b.N*max)/b.Elapsed().Seconds(), "events/s")
 		})
 	}
+}
+
+// TestMemorySize: Size is exactly the retained event data plus the
+// records' initialize params and recorded requests, through appends,
+// eviction, expiry of terminal streams, updates and deletion.
+func TestMemorySize(t *testing.T) {
+	ctx := t.Context()
+	m := eventlog.NewMemory(eventlog.Retention{MaxBytes: 100, TerminalGrace: time.Nanosecond})
+	want := func(n int64) {
+		t.Helper()
+		if got, err := m.Size(ctx); err != nil || got != n {
+			t.Fatalf("Size = %d, %v; want %d", got, err, n)
+		}
+	}
+	want(0)
+	params := json.RawMessage(`{"protocolVersion":"2025-06-18"}`) // 32 bytes
+	if err := m.CreateSession(ctx, &eventlog.Session{ID: "s", Incarnation: 1, InitializeParams: params}); err != nil {
+		t.Fatal(err)
+	}
+	want(32)
+	for _, k := range []string{"a", "b"} {
+		if err := m.CreateStream(ctx, &eventlog.Stream{Key: k, Session: "s", Generation: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.Append(ctx, "a", false, eventlog.Event{Data: make([]byte, 40)}, eventlog.Event{Data: make([]byte, 40)})
+	want(32 + 80)
+	m.Append(ctx, "b", false, eventlog.Event{Data: make([]byte, 50)}) // evicts one of a's: 90 retained
+	want(32 + 90)
+	rec, _ := m.Session(ctx, "s")
+	rec.Replay = []json.RawMessage{json.RawMessage(`{"x":1}`)} // 7 bytes
+	m.UpdateSession(ctx, rec)
+	want(32 + 7 + 90)
+	m.Append(ctx, "b", true, eventlog.Event{Data: make([]byte, 10)}) // terminal, already past its grace
+	m.Append(ctx, "a", false, eventlog.Event{Data: make([]byte, 1)}) // drops b (60 bytes)
+	want(32 + 7 + 41)
+	if err := m.DeleteSession(ctx, "s"); err != nil {
+		t.Fatal(err)
+	}
+	want(0)
 }

@@ -91,7 +91,7 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	h.serveStream(w, r, s, d.Plan, false, false)
+	h.serveStream(w, r, s, d.Plan, resumesStream)
 }
 
 // serveStandalone serves a GET without Last-Event-ID: a new standalone
@@ -132,7 +132,7 @@ func (h *Handler) serveStandalone(w http.ResponseWriter, r *http.Request, sid st
 	st.mu.Lock()
 	from := st.delivered
 	st.mu.Unlock()
-	h.serveStream(w, r, s, resume.Tail(st.key, st.gen, from), primes(s), false)
+	h.serveStream(w, r, s, resume.Tail(st.key, st.gen, from), opensStream)
 }
 
 var rejectText = map[resume.Outcome]string{

@@ -134,6 +134,57 @@ func newEnv(t *testing.T, opts relay.Options) *env {
 	return e
 }
 
+// send makes one request with headers hdr ("Host" sets the request's
+// host) and returns the response, its body closed.
+func send(t *testing.T, method, url, body string, hdr map[string]string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		if k == "Host" {
+			req.Host = v
+		} else {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp
+}
+
+// restartable serves the relay start returns on a loopback listener, and
+// can replace it with a new one (on the same store) as a restart would.
+type restartable struct {
+	srv   *httptest.Server
+	url   string
+	start func() *relay.Handler
+	cur   atomic.Pointer[relay.Handler]
+}
+
+func serveRestartable(t *testing.T, start func() *relay.Handler) *restartable {
+	rs := &restartable{start: start}
+	rs.cur.Store(start())
+	rs.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { rs.cur.Load().ServeHTTP(w, r) }))
+	rs.url = rs.srv.URL
+	t.Cleanup(func() { rs.cur.Load().Close(); rs.srv.CloseClientConnections(); rs.srv.Close() })
+	return rs
+}
+
+func (rs *restartable) current() *relay.Handler { return rs.cur.Load() }
+
+// restart starts a new relay, then closes the old one without sealing
+// anything (as a kill -9 would leave the store).
+func (rs *restartable) restart() {
+	old := rs.cur.Load()
+	rs.cur.Store(rs.start())
+	old.Close()
+}
+
 // rawSession speaks the transport by hand, to observe exactly what the
 // relay sends.
 type rawSession struct {

@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
@@ -25,21 +26,9 @@ func TestOriginAndHost(t *testing.T) {
 		{"foreign host on loopback listener", map[string]string{"Host": "evil.example"}, 403},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			req, _ := http.NewRequest("POST", e.url, strings.NewReader(init))
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Accept", "application/json, text/event-stream")
-			for k, v := range tc.hdr {
-				if k == "Host" {
-					req.Host = v
-				} else {
-					req.Header.Set(k, v)
-				}
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
+			hdr := map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+			maps.Copy(hdr, tc.hdr)
+			resp := send(t, "POST", e.url, init, hdr)
 			if resp.StatusCode != tc.status {
 				t.Fatalf("got %d, want %d", resp.StatusCode, tc.status)
 			}

@@ -83,7 +83,7 @@ func (h *Handler) restore(r *http.Request, id string) (*session, error) {
 		id:        rec.ID,
 		principal: rec.Principal,
 		version:   rec.ProtocolVersion,
-		authz:     r.Header.Get("Authorization"),
+		authz:     h.forwardedAuthz(r),
 		replay:    rec.Replay,
 	}
 	s.touch()
@@ -136,6 +136,8 @@ func (h *Handler) restore(r *http.Request, id string) (*session, error) {
 	s.backend = bs
 	s.standalone = st
 	s.mu.Unlock()
+	s.limitKey = limitKey(r, s.principal)
+	h.limits.take(s.limitKey) // counted, never refused: the session exists
 	h.mu.Lock()
 	h.sessions[id] = s
 	h.mu.Unlock()
@@ -296,6 +298,15 @@ func awaitResponse(rep backend.Reply, id json.RawMessage) error {
 }
 
 func parseStreamKey(s string) (resume.StreamKey, error) { return resume.ParseStreamKey(s) }
+
+// forwardedAuthz is the Authorization a session opened or restored by r
+// forwards to its backend: r's with Options.ForwardAuthorization, else none.
+func (h *Handler) forwardedAuthz(r *http.Request) string {
+	if !h.opts.ForwardAuthorization {
+		return ""
+	}
+	return r.Header.Get("Authorization")
+}
 
 // initializedNote is the notification that puts a backend session in
 // operation.

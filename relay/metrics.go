@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -23,6 +24,7 @@ type metrics struct {
 
 	resumeDecisions *prometheus.CounterVec // status, reason
 	plainGETs       *prometheus.CounterVec // status
+	rejected        *prometheus.CounterVec // reason
 	recreations     prometheus.Counter
 	requestsLost    prometheus.Counter
 	restored        prometheus.Counter
@@ -51,6 +53,10 @@ func newMetrics(h *Handler) *metrics {
 			Name: "mcprelay_standalone_gets_total",
 			Help: "GETs without Last-Event-ID (opening the standalone stream, not a resume) by HTTP status.",
 		}, []string{"status"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcprelay_sessions_rejected_total",
+			Help: "New sessions refused by the limits, by reason (rate, principal_sessions: 429; max_sessions, store_budget, store_size_unknown: 503).",
+		}, []string{"reason"}),
 		recreations: counter("mcprelay_backend_recreations_total",
 			"Backend sessions re-created after being lost (new incarnations)."),
 		requestsLost: counter("mcprelay_requests_lost_total",
@@ -80,10 +86,13 @@ func newMetrics(h *Handler) *metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewBuildInfoCollector(),
-		m.resumeDecisions, m.plainGETs, m.recreations, m.requestsLost, m.restored,
+		m.resumeDecisions, m.plainGETs, m.rejected, m.recreations, m.requestsLost, m.restored,
 		m.forwarded, m.dropped, m.requestDuration, m.upstreamErrors, m.storeAppend,
 		stateCollector{h},
 	)
+	for _, reason := range rejectReasons {
+		m.rejected.WithLabelValues(reason) // reported from zero on
+	}
 	if c, ok := h.store.(prometheus.Collector); ok {
 		// A store that reports on itself (the disk store's fsync
 		// latencies, events and bytes retained).
@@ -108,6 +117,8 @@ func (m *metrics) observeAppend(t time.Time) {
 //	mcprelay_resume_decisions_total{reason="foreign_stream",status="409"} 3
 //	mcprelay_backend_recreations_total 1
 //	mcprelay_sessions 12
+//	mcprelay_sessions_rejected_total{reason="rate"} 4
+//	mcprelay_store_bytes 1048576
 //
 // A 409 resume decision is a tenant-isolation event: alert on it.
 //
@@ -149,7 +160,8 @@ var countKeys = map[string]string{
 // for each resume decision ("resume/409/foreign_stream" counts
 // tenant-isolation events), "reincarnation" for backend re-creations,
 // "lost" for requests answered with the request-lost error, "restore" for
-// sessions restored after a restart, "forwarded" and "dropped" (replicas).
+// sessions restored after a restart, "forwarded" and "dropped" (replicas),
+// "rejected/<reason>" for sessions refused by the limits.
 // Counters still at zero may be missing.
 func (h *Handler) Counts() map[string]int64 {
 	out := make(map[string]int64)
@@ -170,6 +182,10 @@ func (h *Handler) Counts() map[string]int64 {
 					}
 				}
 				out["resume/"+status+"/"+reason] = v
+			case name == "mcprelay_sessions_rejected_total":
+				for _, l := range m.GetLabel() {
+					out["rejected/"+l.GetValue()] = v
+				}
 			case countKeys[name] != "":
 				out[countKeys[name]] = v
 			}
@@ -192,6 +208,8 @@ var (
 
 	descEventsRetained = prometheus.NewDesc("mcprelay_store_events_retained",
 		"Events the event log holds, across all sessions (memory and disk stores).", nil, nil)
+	descStoreBytes = prometheus.NewDesc("mcprelay_store_bytes",
+		"What the event log holds, as its store measures it (the quantity Limits.MaxStoreBytes bounds; for the disk store, its disk space).", nil, nil)
 	descBytesRetained = prometheus.NewDesc("mcprelay_store_bytes_retained",
 		"Bytes of event data the event log holds, across all sessions (memory and disk stores).", nil, nil)
 )
@@ -208,6 +226,7 @@ func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descStreams
 	ch <- descEventsRetained
 	ch <- descBytesRetained
+	ch <- descStoreBytes
 }
 
 func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -242,6 +261,14 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for i, kind := range []string{"request", "standalone"} {
 		for j, state := range []string{"detached", "attached"} {
 			ch <- prometheus.MustNewConstMetric(descStreams, prometheus.GaugeValue, float64(n[i][j]), kind, state)
+		}
+	}
+	if sz, ok := h.store.(storeSizer); ok {
+		ctx, cancel := context.WithTimeout(h.ctx, readyTimeout)
+		n, err := sz.Size(ctx)
+		cancel()
+		if err == nil {
+			ch <- prometheus.MustNewConstMetric(descStoreBytes, prometheus.GaugeValue, float64(n))
 		}
 	}
 	if rr, ok := h.store.(retainedReporter); ok {

@@ -1,6 +1,7 @@
 package relay_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"sync/atomic"
@@ -62,45 +63,104 @@ func TestBackendPollingIsCarriedToTheClient(t *testing.T) {
 }
 
 // TestRelayPollInterval: with PollInterval set, the relay itself closes
-// long streams of 2025-11-25 clients with retry; resuming continues them
-// without loss.
+// the POST stream of a 2025-11-25 client's long call with retry, once; the
+// GET that resumes it is not closed for polling and delivers the rest and
+// the result. Regression: the resumed GET was closed again after each
+// interval, and a client that resumes a stream once (the conformance
+// suite's server-sse-polling) never got the result.
 func TestRelayPollInterval(t *testing.T) {
 	e := newEnv(t, relay.Options{PollInterval: 100 * time.Millisecond})
 	s := e.initialize("2025-11-25", "")
+	// 20 events 20 ms apart take at least 400 ms: the POST is closed at
+	// 100 ms whatever the machine's speed.
 	_, resp := s.call(20, 20, true)
-	var all []float64
-	cursor := ""
-	polls := 0
-	for round := 0; round < 50; round++ {
-		evs, ended := events(t, resp, 0, 5*time.Second)
-		if !ended {
-			t.Fatal("stream neither ended nor was closed for polling")
-		}
-		all = append(all, progressOf(t, evs)...)
-		if id := lastID(evs); id != "" {
-			cursor = id
-		}
-		if d := dataEvents(evs); len(d) > 0 && decode(t, d[len(d)-1].Data).Result != nil {
-			break
-		}
-		if evs[len(evs)-1].Retry != 100*time.Millisecond {
-			t.Fatalf("closed without retry: %+v", evs[len(evs)-1])
-		}
-		polls++
-		resp = s.get(cursor)
+	first, ended := events(t, resp, 0, 5*time.Second)
+	if !ended {
+		t.Fatal("the POST stream neither ended nor was closed for polling")
 	}
+	if len(first) == 0 || first[0].ID == "" || len(first[0].Data) != 0 {
+		t.Fatalf("the POST stream did not start with a priming event: %+v", first)
+	}
+	if last := first[len(first)-1]; last.Retry != 100*time.Millisecond || last.ID == "" {
+		t.Fatalf("the POST stream did not end with retry and an id: %+v", last)
+	}
+	for _, ev := range dataEvents(first) {
+		if decode(t, ev.Data).Result != nil {
+			t.Fatal("the result came before the poll interval")
+		}
+	}
+	rest, ended := events(t, s.get(lastID(first)), 0, 10*time.Second)
+	if !ended {
+		t.Fatal("the resumed stream did not end")
+	}
+	for _, ev := range rest {
+		if ev.Retry > 0 {
+			t.Fatalf("the resumed request stream was closed for polling again: %+v", rest)
+		}
+	}
+	data := dataEvents(rest)
+	if len(data) == 0 || decode(t, data[len(data)-1].Data).Result == nil {
+		t.Fatalf("the resumed stream did not end with the result: %+v", rest)
+	}
+	all := append(progressOf(t, first), progressOf(t, rest)...)
 	if len(all) != 20 {
-		t.Fatalf("progress across polls: %v", all)
-	}
-	// 20 events 20 ms apart take 400 ms: with a 100 ms poll interval the
-	// stream must have been closed for polling several times.
-	if polls < 2 {
-		t.Fatalf("the stream was closed for polling %d times in a 400 ms call with a 100 ms interval", polls)
+		t.Fatalf("progress across the poll: %v", all)
 	}
 	for i, p := range all {
 		if p != float64(i+1) {
 			t.Fatalf("progress out of order or repeated: %v", all)
 		}
+	}
+}
+
+// TestRelayPollIntervalStandalone: the GET that opens the standalone
+// stream is closed for polling with retry and an id; the GET that resumes
+// from that id is not closed again.
+func TestRelayPollIntervalStandalone(t *testing.T) {
+	e := newEnv(t, relay.Options{PollInterval: 50 * time.Millisecond})
+	s := e.initialize("2025-11-25", "")
+	evs, ended := events(t, s.get(""), 0, 5*time.Second)
+	if !ended {
+		t.Fatal("the standalone stream was not closed for polling")
+	}
+	last := evs[len(evs)-1]
+	if last.Retry != 50*time.Millisecond || last.ID == "" {
+		t.Fatalf("closed without retry and an id: %+v", evs)
+	}
+	// Ten intervals: on a slow machine this only proves less, it never
+	// fails wrongly.
+	if evs, ended := events(t, s.get(last.ID), 0, 500*time.Millisecond); ended {
+		t.Fatalf("the resumed standalone stream was closed: %+v", evs)
+	}
+}
+
+// TestPollIntervalGoSDKClient: the official Go SDK client (v1.8.0) counts
+// a reconnect whose last event ID did not advance as a retry without
+// progress and fails the whole session after five. A poll close of a
+// stream with nothing new carries no new id, so a relay that closed
+// resumed streams again broke the session within six intervals of an idle
+// standalone stream or of a quiet call. Regression test: idle for many
+// intervals, then a call quiet for many intervals.
+func TestPollIntervalGoSDKClient(t *testing.T) {
+	e := newEnv(t, relay.Options{PollInterval: 10 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := mcp.NewClient(&mcp.Implementation{Name: "sdk-poll", Version: "1"}, nil)
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: e.url}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	time.Sleep(300 * time.Millisecond) // idle: about 30 intervals
+	out, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "count", Arguments: map[string]any{"n": 1, "interval_ms": 300}})
+	if err != nil {
+		t.Fatalf("a call after the session idled across poll intervals: %v", err)
+	}
+	if txt := out.Content[0].(*mcp.TextContent).Text; txt != "counted 1" {
+		t.Fatalf("result %q", txt)
+	}
+	if _, err := cs.ListTools(ctx, nil); err != nil {
+		t.Fatalf("the session after a quiet call: %v", err)
 	}
 }
 

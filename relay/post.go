@@ -118,6 +118,10 @@ func (h *Handler) postWithoutSession(w http.ResponseWriter, r *http.Request, bod
 				"Invalid Request: this relay's backend serves only session-based MCP (2025-03-26 to 2025-11-25): initialize first")
 			return
 		}
+		if !h.opts.ForwardAuthorization && r.Header.Get("Authorization") != "" {
+			r = r.Clone(r.Context())
+			r.Header.Del("Authorization")
+		}
 		if err := sl.ServeStateless(w, r, body); err != nil {
 			h.upstreamFailed("stateless request to the backend failed", "", err)
 			if errors.Is(err, backend.ErrAnswerBroken) {
@@ -157,9 +161,26 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, body []byte
 	s := &session{
 		id:          newSessionID(),
 		principal:   h.principal(r),
-		authz:       r.Header.Get("Authorization"),
+		authz:       h.forwardedAuthz(r),
 		incarnation: 1,
 	}
+	s.limitKey = limitKey(r, s.principal)
+	if f := h.limits.admit(r.Context(), s.limitKey); f != nil {
+		h.metrics.rejected.WithLabelValues(f.reason).Inc()
+		if f.err != nil {
+			h.log.Error("new session refused: the store cannot tell its size", "err", f.err)
+		}
+		// Debug: a flood must not flood the log too (the refusals are counted).
+		h.log.Debug("new session refused", logReason, f.reason, logStatus, f.status, "remote", r.RemoteAddr)
+		writeRefusal(w, f)
+		return
+	}
+	created := false
+	defer func() {
+		if !created {
+			h.limits.release(s.limitKey)
+		}
+	}()
 	bs, res, err := h.openBackend(r.Context(), s, 1, body)
 	if err != nil {
 		h.writeBackendError(w, []json.RawMessage{m.ID}, err)
@@ -201,6 +222,7 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, body []byte
 		h.log.Error("creating a session", "err", err)
 		return
 	}
+	created = true
 	w.Header().Set(headerSessionID, s.id)
 	writeJSON(w, http.StatusOK, res)
 }
@@ -350,7 +372,7 @@ func (h *Handler) forwardRequest(w http.ResponseWriter, r *http.Request, s *sess
 		s.mu.Unlock()
 		go h.pumpRequest(pctx, st, rep)
 	}
-	h.serveStream(w, r, s, resume.Tail(st.key, st.gen, 0), primes(s), true)
+	h.serveStream(w, r, s, resume.Tail(st.key, st.gen, 0), opensCall)
 }
 
 // writeBackendError answers a message the backend did not take: its own

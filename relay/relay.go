@@ -58,11 +58,15 @@ type Options struct {
 	// one is rejected as forged, never misattributed).
 	Secret []byte
 
-	// PollInterval, when positive, makes the relay close request and
-	// standalone streams of clients at protocol 2025-11-25 or later after
-	// this long, sending "retry" first, so the client resumes by GET: long
-	// calls then survive proxies with idle timeouts. Zero never closes early
-	// (the relay still relays an upstream's own server-initiated close).
+	// PollInterval, when positive, makes the relay close a connection
+	// that opens a stream (a POST's response, a GET without
+	// Last-Event-ID) of a client at protocol 2025-11-25 or later after
+	// this long, sending "retry" first, so the client resumes by GET. A
+	// connection that resumes (Last-Event-ID) is never closed for polling:
+	// a client that resumes once gets the rest. A stdio server, which
+	// cannot close an HTTP stream, is polled this way (SEP-1699). Zero
+	// never closes early (the relay still relays an upstream's own
+	// server-initiated close).
 	PollInterval time.Duration
 
 	// AllowedOrigins lists the Origin header values accepted (exact match,
@@ -114,6 +118,23 @@ type Options struct {
 	// (for example from an authenticating middleware's verified subject) so
 	// that a refreshed token keeps them. It must be cheap and deterministic.
 	Identity func(*http.Request) string
+
+	// ForwardAuthorization sends the client's Authorization header to the
+	// backend: on every request of a session, the header of the request
+	// that created the session (or restored it after a restart or on
+	// another replica); on a stateless request, its own. Discouraged: a
+	// token issued for the relay is then replayed to another service (the
+	// MCP authorization specification forbids token passthrough), and a
+	// client that refreshes its token keeps sending the old one upstream.
+	// False (the default): the backend never sees the client's
+	// Authorization; give it credentials of its own with
+	// backend.Upstream.Header.
+	ForwardAuthorization bool
+
+	// Limits bounds session creation: sessions in all and per principal, a
+	// creation rate per principal, the store's size. The zero value sets no
+	// bound.
+	Limits Limits
 }
 
 // Handler is the relay's http.Handler. Create it with [New]; it is safe for
@@ -129,6 +150,7 @@ type Handler struct {
 	peers      *http.Client
 	keeperDone chan struct{}
 	store      eventlog.Store
+	limits     *sessionLimits
 	codec      *resume.Codec
 	log        *slog.Logger
 	ctx        context.Context // cancelled by Close: ends pumps
@@ -199,6 +221,10 @@ func New(opts Options) (*Handler, error) {
 	if store == nil {
 		store = eventlog.NewMemory(eventlog.Retention{})
 	}
+	limits, err := newSessionLimits(opts.Limits, store)
+	if err != nil {
+		return nil, err
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -208,6 +234,7 @@ func New(opts Options) (*Handler, error) {
 		opts:        opts,
 		conn:        opts.Backend,
 		store:       store,
+		limits:      limits,
 		codec:       codec,
 		log:         log,
 		ctx:         ctx,

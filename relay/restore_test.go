@@ -38,11 +38,9 @@ func TestRelayRestartWithDurableStore(t *testing.T) {
 		}
 		return h
 	}
-	var current atomic.Pointer[relay.Handler]
-	current.Store(start())
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { current.Load().ServeHTTP(w, r) }))
-	t.Cleanup(func() { current.Load().Close(); srv.CloseClientConnections(); srv.Close(); be.Stop() })
-	e := &env{t: t, url: srv.URL, backend: be}
+	rr := serveRestartable(t, start)
+	t.Cleanup(be.Stop)
+	e := &env{t: t, url: rr.url, backend: be}
 	c := codec(t)
 
 	s := e.initialize("2025-11-25", "Bearer alice")
@@ -55,11 +53,9 @@ func TestRelayRestartWithDurableStore(t *testing.T) {
 	first, _ := events(t, resp, 2, 5*time.Second)
 
 	// Crash: the old relay stops without sealing anything; the backend dies.
-	old := current.Load()
-	current.Store(start())
-	old.Close()
+	rr.restart()
 	be.Restart()
-	srv.CloseClientConnections()
+	rr.srv.CloseClientConnections()
 
 	if r := e.do("GET", map[string]string{"Mcp-Session-Id": s.id, "Authorization": "Bearer mallory", "Last-Event-ID": lastID(first)}, ""); r.StatusCode != 404 {
 		t.Fatalf("another principal after restore: %s, want 404", r.Status)
@@ -104,7 +100,7 @@ func TestRelayRestartWithDurableStore(t *testing.T) {
 	if logs != 3 {
 		t.Fatalf("got %d log messages, want 3: the log level was not replayed to the new backend", logs)
 	}
-	if n := current.Load().Counts()["restore"]; n != 1 {
+	if n := rr.current().Counts()["restore"]; n != 1 {
 		t.Fatalf("restores: %d", n)
 	}
 }

@@ -21,7 +21,8 @@ type session struct {
 	id        string
 	principal string
 	version   string // negotiated protocol version
-	authz     string // Authorization forwarded to the backend
+	authz     string // Authorization forwarded to the backend (Options.ForwardAuthorization)
+	limitKey  string // what Options.Limits counts it under
 
 	reinitMu sync.Mutex // serializes re-creation of the backend side
 
@@ -492,13 +493,17 @@ func (h *Handler) detachSession(s *session) ([]*stream, backend.Session, bool) {
 		}
 	}
 	h.mu.Lock()
-	if h.sessions[s.id] == s {
+	counted := h.sessions[s.id] == s
+	if counted {
 		delete(h.sessions, s.id)
 	}
 	for _, st := range sts {
 		delete(h.streams, st.skey)
 	}
 	h.mu.Unlock()
+	if counted {
+		h.limits.release(s.limitKey)
+	}
 	for _, st := range sts {
 		st.mu.Lock()
 		st.done = true

@@ -33,13 +33,32 @@ var eventBufs = sync.Pool{New: func() any {
 // primeDelay (the record synced first).
 var primeDelay = 10 * time.Millisecond
 
+// connKind is how a client connection came to serve its stream; it decides
+// priming, polling (docs/design.md, Polling) and the priming hold.
+type connKind int
+
+const (
+	// opensStream: a GET without Last-Event-ID. It is primed (2025-11-25
+	// clients) and closed after PollInterval.
+	opensStream connKind = iota
+	// opensCall: a POST's response. As opensStream, and its headers and
+	// priming event are held back for up to primeDelay.
+	opensCall
+	// resumesStream: a GET with Last-Event-ID. It is never closed for
+	// polling: it runs until its stream ends (a request stream: the
+	// response) or the client leaves. A stream is therefore closed by the
+	// relay's poll timer at most once per opening, and a client that
+	// resumes once gets everything.
+	resumesStream
+)
+
 // serveStream writes a stream to the client as SSE, executing plan p
-// (resume.Plan): priming event, resets, replay from the log, then live
-// events as they are logged, until the stream ends, the connection is taken
-// over, the client leaves, the poll interval passes, or the relay shuts
-// down. hold (a new call's stream) holds the headers and the priming event
-// back for up to primeDelay.
-func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, s *session, p resume.Plan, priming, hold bool) {
+// (resume.Plan): priming event (a connection that opens its stream),
+// resets, replay from the log, then live events as they are logged, until
+// the stream ends, the connection is taken over, the client leaves, the
+// poll interval passes (a connection that opens its stream), or the relay
+// shuts down.
+func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, s *session, p resume.Plan, kind connKind) {
 	hdr := w.Header()
 	hdr.Set("Content-Type", "text/event-stream")
 	hdr.Set("Cache-Control", "no-cache, no-transform")
@@ -51,7 +70,7 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, s *session
 
 	c := &sseConn{w: w, rc: http.NewResponseController(w), codec: h.codec}
 	var holdC <-chan time.Time
-	if hold {
+	if kind == opensCall {
 		st := h.liveStream(p.Stream.String())
 		c.hold = true
 		c.durable = func() error {
@@ -67,7 +86,7 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, s *session
 		defer t.Stop()
 		holdC = t.C
 	}
-	if priming {
+	if kind != resumesStream && primes(s) {
 		c.id(p.Stream, p.Generation, p.From, 0, true)
 	}
 	if p.ResetBefore != "" {
@@ -78,7 +97,7 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, s *session
 		return
 	}
 	var pollC <-chan time.Time
-	if h.opts.PollInterval > 0 && primes(s) {
+	if h.opts.PollInterval > 0 && primes(s) && kind != resumesStream {
 		t := time.NewTimer(h.opts.PollInterval)
 		defer t.Stop()
 		pollC = t.C

@@ -7,7 +7,10 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -172,6 +175,66 @@ func TestWorkloadsAgainstMinimal(t *testing.T) {
 			t.Errorf("goroutines per stream = %v, want at least 1", res.Stream.Goroutines)
 		}
 	})
+}
+
+func TestSessionWorkloadsAgainstMinimal(t *testing.T) {
+	c := newServer(t, peers.Minimal(peers.MinimalOptions{}))
+	ctx := t.Context()
+	t.Run("first", func(t *testing.T) {
+		res, err := load.First(ctx, c, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Samples != 5 || res.P50 <= 0 || res.P99 < res.P50 {
+			t.Errorf("got %+v", res)
+		}
+	})
+	t.Run("session memory", func(t *testing.T) {
+		reads := 0
+		mem := func() (load.TreeMem, error) {
+			reads++
+			return load.ReadTreeMem(os.Getpid())
+		}
+		res, err := load.SessionMem(ctx, c, 10, mem)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reads != 2 || res.Sessions != 10 || res.Open.RSS == 0 || res.PerSession != float64(res.Open.RSS)/10 {
+			t.Errorf("got %+v after %d reads", res, reads)
+		}
+	})
+}
+
+// TestReadTreeMem: a child (in a process group of its own, as stdio
+// servers are) counts with its parent.
+func TestReadTreeMem(t *testing.T) {
+	alone, err := load.ReadTreeMem(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sleep", "60")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	with, err := load.ReadTreeMem(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	child, err := load.ReadTreeMem(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if child.Procs != 1 || child.RSS == 0 || child.Root != child.RSS {
+		t.Fatalf("the child alone: %+v", child)
+	}
+	if with.Procs != alone.Procs+1 {
+		t.Errorf("processes: %d with the child, %d without", with.Procs, alone.Procs)
+	}
+	if _, err := load.ReadTreeMem(1 << 30); err == nil {
+		t.Error("a process that does not exist has memory")
+	}
 }
 
 func TestResumeWithoutReplay(t *testing.T) {

@@ -1,7 +1,6 @@
 package load
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,7 +11,6 @@ import (
 	"os"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -231,19 +229,11 @@ func ReadMem() Mem {
 }
 
 func rss() uint64 {
-	f, err := os.Open("/proc/self/status")
+	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return 0
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, _ := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
+	return statusRSS(b)
 }
 
 // MemHandler serves [ReadMem] of this process as JSON.

@@ -14,6 +14,9 @@ import (
 	"testing"
 
 	"github.com/lestrrat-go/jwx/v3/jwk"
+	"github.com/mcprelay/mcprelay/backend"
+	"github.com/mcprelay/mcprelay/exampleserver"
+	"github.com/mcprelay/mcprelay/relay"
 )
 
 // testIssuer serves RFC 8414 metadata and a one-key JWKS on loopback.
@@ -99,13 +102,36 @@ func TestAuthServe(t *testing.T) {
 	if a.identity == nil {
 		t.Fatal("no identity with auth on")
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/mcp", a.protect(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	const origin = "http://127.0.0.1:5173"
+	h, err := relay.New(relay.Options{Backend: backend.SDK(exampleserver.New(nil), nil), AllowedOrigins: []string{origin}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	srv := httptest.NewServer(routes(h, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t.Error("unauthenticated request reached the relay")
-	})))
-	a.mount(mux)
-	srv := httptest.NewServer(mux)
+	}), a, true))
 	defer srv.Close()
+
+	// A browser on an allowed origin: the preflight is answered before the
+	// token check, the 401 is readable by its script.
+	req, _ := http.NewRequest("OPTIONS", srv.URL+"/mcp", nil)
+	req.Header.Set("Origin", origin)
+	req.Header.Set("Access-Control-Request-Method", "POST")
+	req.Header.Set("Access-Control-Request-Headers", "authorization,content-type")
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	} else if resp.Body.Close(); resp.StatusCode != 204 || resp.Header.Get("Access-Control-Allow-Origin") != origin {
+		t.Fatalf("preflight: %s, Access-Control-Allow-Origin %q", resp.Status, resp.Header.Get("Access-Control-Allow-Origin"))
+	}
+	req, _ = http.NewRequest("POST", srv.URL+"/mcp", strings.NewReader(`{}`))
+	req.Header.Set("Origin", origin)
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	} else if resp.Body.Close(); resp.StatusCode != 401 || resp.Header.Get("Access-Control-Allow-Origin") != origin ||
+		!strings.Contains(resp.Header.Get("Access-Control-Expose-Headers"), "WWW-Authenticate") {
+		t.Fatalf("401 to a browser: %s, headers %v", resp.Status, resp.Header)
+	}
 
 	resp, err := http.Post(srv.URL+"/mcp", "application/json", strings.NewReader(`{}`))
 	if err != nil {

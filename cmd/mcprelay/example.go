@@ -29,10 +29,7 @@ func exampleServer(args []string) error {
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level")
 	stdio := fs.Bool("stdio", false, "serve one session over stdin/stdout (newline-delimited JSON-RPC) instead of HTTP; logs go to stderr")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	log, err := newLogger(*logFormat, *logLevel)

@@ -7,6 +7,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 )
@@ -16,7 +18,9 @@ const usage = `usage: mcprelay <command> [flags]
 commands:
   serve            run the relay (default: in front of the built-in example server on 127.0.0.1:8080/mcp)
   probe            audit any MCP server URL for unsafe resumption (exit 1 if unsafe)
+  sessions         list the sessions of a relay's disk store (read-only)
   example-server   run the built-in example server alone (to put behind "serve --upstream")
+  version          print the version, VCS revision and Go version (also --version)
 
 Run "mcprelay <command> -h" for a command's flags.
 `
@@ -32,8 +36,13 @@ func main() {
 		err = serve(os.Args[2:])
 	case "probe":
 		err = probeCmd(os.Args[2:])
+	case "sessions":
+		err = sessionsCmd(os.Args[2:])
 	case "example-server":
 		err = exampleServer(os.Args[2:])
+	case "version", "-version", "--version":
+		fmt.Println(version())
+		return
 	case "-h", "-help", "--help", "help":
 		fmt.Print(usage)
 		return
@@ -41,7 +50,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "mcprelay: unknown command %q\n\n%s", os.Args[1], usage)
 		os.Exit(2)
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(os.Stderr, "mcprelay:", err)
 		os.Exit(1)
 	}

@@ -51,15 +51,14 @@ func probeCmd(args []string) error {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		url, args = args[0], args[1:]
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if url == "" && fs.NArg() > 0 {
 		url = fs.Arg(0)
-		fs.Parse(fs.Args()[1:])
+		if err := parseFlags(fs, fs.Args()[1:]); err != nil {
+			return err
+		}
 	}
 	if url == "" || fs.NArg() > 0 {
 		fs.Usage()

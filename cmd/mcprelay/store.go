@@ -107,13 +107,7 @@ func lockDataDir(dir string) (*os.File, error) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			pid := "unknown"
-			if b, err := os.ReadFile(path); err == nil {
-				if n, err := strconv.Atoi(string(bytes.TrimSpace(b))); err == nil {
-					pid = strconv.Itoa(n)
-				}
-			}
-			return nil, fmt.Errorf("data dir %s is in use by another mcprelay (pid %s)", dir, pid)
+			return nil, fmt.Errorf("data dir %s is in use by another mcprelay (pid %s)", dir, lockHolder(path))
 		}
 		return nil, fmt.Errorf("locking data dir %s: %w", dir, err)
 	}
@@ -125,6 +119,17 @@ func lockDataDir(dir string) (*os.File, error) {
 		return nil, fmt.Errorf("locking data dir %s: %w", dir, err)
 	}
 	return f, nil
+}
+
+// lockHolder returns the pid written in the lock file at path, or
+// "unknown".
+func lockHolder(path string) string {
+	if b, err := os.ReadFile(path); err == nil {
+		if n, err := strconv.Atoi(string(bytes.TrimSpace(b))); err == nil {
+			return strconv.Itoa(n)
+		}
+	}
+	return "unknown"
 }
 
 // loadSecretFor returns the relay secret of data directory dir, creating

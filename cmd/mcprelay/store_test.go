@@ -95,3 +95,19 @@ func TestDataDirInUse(t *testing.T) {
 	}
 	st.Close()
 }
+
+// TestDataDirInUseByAnotherProcess: "mcprelay serve" on a data dir that
+// another process's relay holds fails at once, naming that process.
+func TestDataDirInUseByAnotherProcess(t *testing.T) {
+	dir := t.TempDir()
+	st, _, err := openStore("disk", dir, "always", eventlog.Retention{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	_, stderr, status := runMain(t, "serve", "--addr", "127.0.0.1:0", "--data-dir", dir)
+	want := fmt.Sprintf("mcprelay: data dir %s is in use by another mcprelay (pid %d)\n", dir, os.Getpid())
+	if status != 1 || stderr != want {
+		t.Fatalf("exit %d, stderr:\n%s\nwant exit 1 and\n%s", status, stderr, want)
+	}
+}

@@ -129,4 +129,12 @@
 // memtable is 8 MiB: Pebble preallocates each WAL at about 1.1 × its size
 // and keeps a few WALs for reuse, so the memtable size is the data
 // directory's floor (about 33 MB of WALs with 8 MiB; 264 MB with 64 MiB).
+//
+// # Reading a stopped store
+//
+// Options.ReadOnly opens a directory for reading (ListSessions, Read,
+// Streams, Session) without writing anything to it: Pebble replays its WAL
+// in memory, and the store skips its start-up marks, expiry and
+// compaction. Pebble locks the directory even then, so a store another
+// process has open cannot be read.
 package pebblestore

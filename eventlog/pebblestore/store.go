@@ -31,6 +31,9 @@ var (
 	// the store refuses further writes; reopen the directory to recover.
 	// Errors that wrap it also wrap eventlog.ErrUnavailable.
 	ErrFailed = errors.New("pebblestore: store failed")
+	// ErrReadOnly is returned by every write to a store opened with
+	// Options.ReadOnly.
+	ErrReadOnly = errors.New("pebblestore: opened read-only")
 
 	errEmptyID       = errors.New("pebblestore: empty session ID")
 	errEmptyKey      = errors.New("pebblestore: empty stream key")
@@ -85,6 +88,13 @@ type Options struct {
 	// Logger receives start-up statistics, Pebble's own messages (at debug
 	// level, errors at error level) and write failures; nil discards.
 	Logger *slog.Logger
+	// ReadOnly opens an existing store for reading only: nothing is
+	// written to the directory (Pebble replays its log in memory, the
+	// store records no start-up marks, drops no expired stream, compacts
+	// nothing) and every write returns ErrReadOnly. It still takes the
+	// directory's lock: a directory another Store or process holds cannot
+	// be opened, even read-only.
+	ReadOnly bool
 }
 
 // Defaults, the same as the eventlog package's.
@@ -296,7 +306,7 @@ func open(dir string, opts Options, now func() time.Time, fs vfs.FS) (*Store, er
 		log = slog.New(slog.DiscardHandler)
 	}
 	start := time.Now()
-	if fs == nil {
+	if fs == nil && !opts.ReadOnly {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
 		}
@@ -327,6 +337,7 @@ func open(dir string, opts Options, now func() time.Time, fs vfs.FS) (*Store, er
 		CacheSize:          cacheSize,
 		FormatMajorVersion: pebble.FormatNewest,
 		FS:                 gfs,
+		ReadOnly:           opts.ReadOnly,
 		EventListener: &pebble.EventListener{BackgroundError: func(err error) {
 			s.logBackground(err)
 			if opening.Load() {
@@ -353,7 +364,7 @@ func open(dir string, opts Options, now func() time.Time, fs vfs.FS) (*Store, er
 	if opts.Sync == SyncAlways {
 		s.wo = pebble.Sync
 	}
-	events, err := s.load()
+	events, err := s.load(opts.ReadOnly)
 	if err == nil {
 		if ferr := s.failed.Load(); ferr != nil {
 			err = *ferr
@@ -364,7 +375,13 @@ func open(dir string, opts Options, now func() time.Time, fs vfs.FS) (*Store, er
 		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
 	}
 	log.Info("pebblestore: opened", logDir, dir, logSessions, len(s.sessions),
-		logStreams, len(s.streams), logEvents, events, logElapsed, time.Since(start))
+		logStreams, len(s.streams), logEvents, events, logElapsed, time.Since(start), "read_only", opts.ReadOnly)
+	if opts.ReadOnly {
+		ro := ErrReadOnly
+		s.failed.Store(&ro)
+		close(s.stopped)
+		return s, nil
+	}
 	go s.run()
 	return s, nil
 }
@@ -451,11 +468,14 @@ func (s *Store) logBackground(err error) {
 }
 
 // load checks the format version and rebuilds the in-memory state: it
-// reads session, stream and order records, never events.
-func (s *Store) load() (events int, err error) {
+// reads session, stream and order records, never events. readOnly: it
+// writes nothing (and refuses a directory that needs an upgrade).
+func (s *Store) load(readOnly bool) (events int, err error) {
 	var ver byte // 0: new directory
 	v, closer, err := s.db.Get(keyVersion)
 	switch {
+	case errors.Is(err, pebble.ErrNotFound) && readOnly:
+		return 0, errors.New("pebblestore: not a store (no format version)")
 	case errors.Is(err, pebble.ErrNotFound):
 		if err := s.db.Set(keyVersion, []byte{formatVersion}, pebble.Sync); err != nil {
 			return 0, err
@@ -468,6 +488,9 @@ func (s *Store) load() (events int, err error) {
 		switch ver {
 		case formatVersion:
 		case 1:
+			if readOnly {
+				return 0, errors.New("pebblestore: format version 1 needs an upgrade: open it once read-write")
+			}
 			if err := s.upgradeV1(); err != nil {
 				return 0, fmt.Errorf("pebblestore: upgrading from format version 1: %w", err)
 			}
@@ -494,8 +517,10 @@ func (s *Store) load() (events int, err error) {
 	if s.sync == SyncAlways && !s.crashed {
 		mark = runAlways
 	}
-	if err := s.db.Set(keyRun, []byte{mark}, pebble.Sync); err != nil {
-		return 0, err
+	if !readOnly {
+		if err := s.db.Set(keyRun, []byte{mark}, pebble.Sync); err != nil {
+			return 0, err
+		}
 	}
 	idents := make(map[string]streamRecord)
 	err = s.scan(kindIdent, func(k, v []byte) error {
@@ -596,7 +621,7 @@ func (s *Store) load() (events int, err error) {
 	if err != nil {
 		return 0, err
 	}
-	if !b.Empty() {
+	if !b.Empty() && !readOnly {
 		if err := b.Commit(pebble.Sync); err != nil {
 			return 0, err
 		}
@@ -705,6 +730,19 @@ func (s *Store) stream(key string) *stream {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.streams[key]
+}
+
+// Size reports the disk space the store's files take (Pebble's own
+// measure: WAL, preallocated and recycled WAL files included, tables live
+// and awaiting deletion, manifest and options): what
+// relay.Limits.MaxStoreBytes bounds. It does not count the secret and lock
+// next to the store, nor space the file system reserves.
+func (s *Store) Size(ctx context.Context) (int64, error) {
+	if err := s.enter(ctx, false); err != nil {
+		return 0, err
+	}
+	defer s.leave()
+	return int64(s.db.Metrics().DiskSpaceUsage()), nil
 }
 
 // Session implements [eventlog.Sessions].
@@ -832,6 +870,42 @@ func (s *Store) Streams(ctx context.Context, session string) ([]eventlog.Stream,
 		if state == pubLive && !expired(rec.Terminal, terminalAt, now, s.ret.TerminalGrace) {
 			out = append(out, rec)
 		}
+	}
+	return out, nil
+}
+
+// ListSessions returns a summary of every session, in any order: its
+// record (read from the store) and, from memory, its streams (as Streams
+// lists them) and the events and bytes it retains. Sessions created or
+// deleted meanwhile may or may not be listed.
+func (s *Store) ListSessions(ctx context.Context) ([]eventlog.SessionSummary, error) {
+	if err := s.enter(ctx, false); err != nil {
+		return nil, err
+	}
+	s.mu.RLock()
+	all := make([]*session, 0, len(s.sessions))
+	for _, ss := range s.sessions {
+		all = append(all, ss)
+	}
+	s.mu.RUnlock()
+	s.leave()
+	out := make([]eventlog.SessionSummary, 0, len(all))
+	for _, ss := range all {
+		rec, err := s.Session(ctx, ss.id)
+		if errors.Is(err, eventlog.ErrNotFound) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		streams, err := s.Streams(ctx, ss.id)
+		if err != nil {
+			return nil, err
+		}
+		ss.mu.Lock()
+		events, bytes := ss.events, ss.bytes
+		ss.mu.Unlock()
+		out = append(out, eventlog.SessionSummary{Session: *rec, Streams: len(streams), Events: events, Bytes: bytes})
 	}
 	return out, nil
 }

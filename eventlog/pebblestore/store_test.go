@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -493,4 +495,96 @@ func TestOneStreamManyAppenders(t *testing.T) {
 			}
 		})
 	}
+}
+
+// dirState lists every file under dir with its size and modification
+// time, but for Pebble's LOCK (which taking the lock truncates).
+func dirState(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() == "LOCK" {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		m[p] = fmt.Sprint(fi.Size(), fi.ModTime().UnixNano())
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestReadOnly: a store opened read-only lists and reads what a crashed
+// writer left (its log replayed in memory), refuses writes with
+// ErrReadOnly, and leaves the directory as it was; it cannot be opened
+// while a writer holds the directory, nor where no store is.
+func TestReadOnly(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "log")
+	w, err := pebblestore.Open(dir, pebblestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := w.CreateSession(ctx, &eventlog.Session{ID: "s", Incarnation: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.CreateStream(ctx, &eventlog.Stream{Key: "k", Session: "s", Generation: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Append(ctx, "k", false, eventlog.Event{Data: []byte("hello")}, eventlog.Event{Data: []byte("world!")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pebblestore.Open(dir, pebblestore.Options{ReadOnly: true}); err == nil {
+		t.Fatal("opened read-only while a writer holds the directory")
+	}
+	// A writer that never closes: what it wrote is in its WAL only.
+	crashed := filepath.Join(t.TempDir(), "crashed")
+	if err := os.CopyFS(crashed, os.DirFS(dir)); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	before := dirState(t, crashed)
+
+	r, err := pebblestore.Open(crashed, pebblestore.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := r.ListSessions(ctx)
+	if err != nil || len(list) != 1 || list[0].ID != "s" || list[0].Incarnation != 2 || list[0].Streams != 1 || list[0].Events != 2 || list[0].Bytes != 11 {
+		t.Fatalf("ListSessions = %+v, %v", list, err)
+	}
+	if _, evs, err := r.Read(ctx, "k", 0, 10, nil); err != nil || len(evs) != 2 || string(evs[1].Data) != "world!" {
+		t.Fatalf("Read = %v, %v", evs, err)
+	}
+	if err := r.CreateSession(ctx, &eventlog.Session{ID: "t", Incarnation: 1}); !errors.Is(err, pebblestore.ErrReadOnly) {
+		t.Errorf("CreateSession: %v, want ErrReadOnly", err)
+	}
+	if _, err := r.Append(ctx, "k", false, eventlog.Event{Data: []byte("x")}); !errors.Is(err, pebblestore.ErrReadOnly) {
+		t.Errorf("Append: %v, want ErrReadOnly", err)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if after := dirState(t, crashed); !maps.Equal(before, after) {
+		t.Errorf("the directory changed:\nbefore %v\nafter  %v", before, after)
+	}
+	if _, err := pebblestore.Open(filepath.Join(t.TempDir(), "none"), pebblestore.Options{ReadOnly: true}); err == nil {
+		t.Error("opened read-only where no store is")
+	}
+}
+
+// TestSize: the disk usage Size reports follows what is written (32 MiB,
+// more than the 8 MiB memtable and the preallocated WAL).
+func TestSize(t *testing.T) {
+	st, err := pebblestore.Open(filepath.Join(t.TempDir(), "log"), pebblestore.Options{Sync: pebblestore.SyncNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	storetest.SizeGrows(t, st, 32<<20)
 }

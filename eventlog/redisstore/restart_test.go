@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -159,5 +160,29 @@ func TestRestartWithoutPersistence(t *testing.T) {
 	}
 	if _, _, err := st.Read(t.Context(), "k", 0, 10, nil); !errors.Is(err, eventlog.ErrNotFound) {
 		t.Errorf("Read after losing everything: %v, want ErrNotFound", err)
+	}
+}
+
+// TestDownIsUnavailable: while Redis is down, writes fail with an error
+// wrapping eventlog.ErrUnavailable (the relay answers 503 and retries),
+// not a bare network error (which it would take for a failed store: 500).
+func TestDownIsUnavailable(t *testing.T) {
+	srv := redistest.Start(t)
+	st := open(t, srv, redisstore.Options{})
+	mustCreate(t, st, "s1", "k")
+	srv.Kill()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	for name, err := range map[string]error{
+		"CreateStream": st.CreateStream(ctx, &eventlog.Stream{Key: "k2", Session: "s1", Generation: 1}),
+		"Append": func() error {
+			_, err := st.Append(ctx, "k", false, eventlog.Event{Data: []byte("x")})
+			return err
+		}(),
+		"CreateSession": st.CreateSession(ctx, &eventlog.Session{ID: "s2"}),
+	} {
+		if !errors.Is(err, eventlog.ErrUnavailable) {
+			t.Errorf("%s with Redis down: %v, want an error wrapping eventlog.ErrUnavailable", name, err)
+		}
 	}
 }

@@ -221,6 +221,31 @@ func (s *Store) Close() error {
 	return nil
 }
 
+// Size reports Redis's used_memory (INFO memory): all the memory the
+// Redis server holds for its data, this store's and anything else in it,
+// which is what fills it up (maxmemory, or the machine). It is what
+// relay.Limits.MaxStoreBytes bounds, and the same for every replica. On a
+// Redis Cluster it is one node's.
+func (s *Store) Size(ctx context.Context) (int64, error) {
+	if err := s.check(ctx); err != nil {
+		return 0, err
+	}
+	info, err := s.c.Do(ctx, s.c.B().Info().Section("memory").Build()).ToString()
+	if err != nil {
+		return 0, fmt.Errorf("redisstore: INFO memory: %w", err)
+	}
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("redisstore: INFO memory: used_memory %q: %w", v, err)
+			}
+			return n, nil
+		}
+	}
+	return 0, errors.New("redisstore: INFO memory has no used_memory")
+}
+
 func (s *Store) check(ctx context.Context) error {
 	if s.closed.Load() {
 		return ErrClosed
@@ -263,6 +288,11 @@ func mapErr(err error) error {
 		case codeLeaseLost:
 			return ErrLeaseLost
 		}
+		switch prefix, _, _ := strings.Cut(re.Error(), " "); prefix {
+		case "LOADING", "BUSY", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "OOM", "MISCONF":
+			// Redis is starting, failing over or full: not now.
+			return fmt.Errorf("redisstore: %w: %w", eventlog.ErrUnavailable, err)
+		}
 		return fmt.Errorf("redisstore: %w", err)
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
@@ -271,7 +301,9 @@ func mapErr(err error) error {
 	if errors.Is(err, rueidis.ErrClosing) {
 		return ErrClosed
 	}
-	return fmt.Errorf("redisstore: %w", err)
+	// Redis cannot be reached (refused, reset, a timeout of the client's):
+	// retry later.
+	return fmt.Errorf("redisstore: %w: %w", eventlog.ErrUnavailable, err)
 }
 
 func (s *Store) exec(ctx context.Context, l *rueidis.Lua, key string, args ...string) rueidis.RedisResult {

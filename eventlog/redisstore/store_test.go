@@ -43,3 +43,9 @@ func TestConformance(t *testing.T) {
 		return st
 	})
 }
+
+// TestSize: Redis's used_memory follows what is written.
+func TestSize(t *testing.T) {
+	srv := redistest.Start(t)
+	storetest.SizeGrows(t, open(t, srv, redisstore.Options{}), 8<<20)
+}

@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -44,6 +45,7 @@ func Run(t *testing.T, open func(t *testing.T, r eventlog.Retention) eventlog.St
 		t.Run("Update", s.sessionUpdate)
 		t.Run("CopiesInAndOut", s.sessionCopies)
 		t.Run("DeleteThenRecreate", s.sessionRecreate)
+		t.Run("List", s.sessionList)
 	})
 	t.Run("Streams", func(t *testing.T) {
 		t.Run("Create", s.streamCreate)
@@ -219,6 +221,58 @@ func sessionDiff(got, want *eventlog.Session) string {
 		return fmt.Sprintf("LastUsed %v, want %v", got.LastUsed, want.LastUsed)
 	}
 	return ""
+}
+
+// sessionLister is implemented by stores that can list their sessions.
+type sessionLister interface {
+	ListSessions(ctx context.Context) ([]eventlog.SessionSummary, error)
+}
+
+// sessionList checks ListSessions, for stores that have it: every session
+// once, with its record, its streams and what it retains after eviction;
+// a deleted session is not listed.
+func (s suite) sessionList(t *testing.T) {
+	st := s.store(t, eventlog.Retention{MaxEvents: 1 << 20, MaxBytes: 1000})
+	l, ok := st.(sessionLister)
+	if !ok {
+		t.Skipf("%T has no ListSessions", st)
+	}
+	for _, id := range []string{"A", "B", "C", "D"} {
+		mustSession(t, st, id)
+	}
+	mustStream(t, st, "A", "a1")
+	mustStream(t, st, "A", "a2")
+	appendN(t, st, "a1", 4, 100)
+	appendN(t, st, "a2", 2, 50)
+	mustStream(t, st, "B", "b")
+	appendN(t, st, "b", 25, 100) // evicted down to 10 events, 1000 bytes
+	mustStream(t, st, "D", "d")
+	if err := st.DeleteSession(t.Context(), "D"); err != nil {
+		t.Fatal(err)
+	}
+	list, err := l.ListSessions(t.Context())
+	if err != nil {
+		t.Fatalf("ListSessions: %v", err)
+	}
+	slices.SortFunc(list, func(a, b eventlog.SessionSummary) int { return strings.Compare(a.ID, b.ID) })
+	want := []struct {
+		id              string
+		streams, events int
+		bytes           int64
+	}{{"A", 2, 6, 500}, {"B", 1, 10, 1000}, {"C", 0, 0, 0}}
+	if len(list) != len(want) {
+		t.Fatalf("ListSessions listed %d sessions, want %d: %+v", len(list), len(want), list)
+	}
+	for i, w := range want {
+		got := list[i]
+		if got.ID != w.id || got.Streams != w.streams || got.Events != w.events || got.Bytes != w.bytes {
+			t.Errorf("session %d: %s with %d streams, %d events, %d bytes; want %s with %d, %d, %d",
+				i, got.ID, got.Streams, got.Events, got.Bytes, w.id, w.streams, w.events, w.bytes)
+		}
+		if d := sessionDiff(&got.Session, fullSession(w.id)); d != "" {
+			t.Errorf("session %s: %s", w.id, d)
+		}
+	}
 }
 
 func (s suite) sessionRoundTrip(t *testing.T) {

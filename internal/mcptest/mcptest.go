@@ -1,5 +1,6 @@
 // Package mcptest provides helpers shared by mcprelay's tests: a backend
-// that can be "restarted" as by a crash, and checks of tool results.
+// that can be "restarted" as by a crash, a recorder of the headers a backend
+// receives, and checks of tool results.
 package mcptest
 
 import (
@@ -81,4 +82,42 @@ func CheckPNG(t testing.TB, data []byte) {
 	if _, err := png.Decode(bytes.NewReader(data)); err != nil {
 		t.Errorf("image data is not a valid PNG: %v", err)
 	}
+}
+
+// HeaderRecorder is an http.Handler that records the values of the headers
+// named in Names on every request, then passes it to H: what a backend
+// received from the relay.
+type HeaderRecorder struct {
+	H     http.Handler
+	Names []string
+
+	mu   sync.Mutex
+	reqs []Recorded
+}
+
+// Recorded is one request a HeaderRecorder saw: its method, path, and the
+// values of the named headers, in the order of Names.
+type Recorded struct {
+	Method, Path string
+	Values       []string
+}
+
+func (hr *HeaderRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rec := Recorded{Method: r.Method, Path: r.URL.Path}
+	for _, n := range hr.Names {
+		rec.Values = append(rec.Values, r.Header.Get(n))
+	}
+	hr.mu.Lock()
+	hr.reqs = append(hr.reqs, rec)
+	hr.mu.Unlock()
+	hr.H.ServeHTTP(w, r)
+}
+
+// Take returns the requests recorded since the last Take.
+func (hr *HeaderRecorder) Take() []Recorded {
+	hr.mu.Lock()
+	defer hr.mu.Unlock()
+	out := hr.reqs
+	hr.reqs = nil
+	return out
 }

@@ -205,7 +205,8 @@ export async function startCutProxy(targetPort) {
 /**
  * Connects a TypeScript SDK client (StreamableHTTPClientTransport) to url.
  * exchanges records every HTTP request the transport makes (method,
- * Last-Event-ID, status) and errors every error the client reports.
+ * Last-Event-ID, status once its response headers came, and settled, a
+ * promise of that) and errors every error the client reports.
  */
 export async function connectClient(url, transportOpts = {}) {
   const exchanges = [];
@@ -214,9 +215,9 @@ export async function connectClient(url, transportOpts = {}) {
     const h = new Headers(init.headers);
     const ex = { method: init.method ?? 'GET', lastEventId: h.get('last-event-id'), status: undefined, at: Date.now() };
     exchanges.push(ex);
-    const res = await fetch(input, init);
-    ex.status = res.status;
-    return res;
+    const pending = fetch(input, init);
+    ex.settled = pending.then((res) => { ex.status = res.status; }, (err) => { ex.status = `failed: ${err}`; });
+    return pending;
   };
   const transport = new StreamableHTTPClientTransport(new URL(url), { fetch: recordingFetch, ...transportOpts });
   const client = new Client({ name: 'mcprelay-interop', version: '0.0.0' });

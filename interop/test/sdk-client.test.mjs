@@ -61,9 +61,12 @@ describe('TypeScript SDK client through mcprelay (polling every 200ms)', () => {
     assert.equal(failed.isError, true);
   });
 
+  // The relay closes the call's POST stream once, after 200 ms; the GET
+  // that resumes it runs to the result (resumed streams are not closed
+  // again). The standalone stream was opened, closed and resumed before.
   const cases = [
     { name: 'progress on a short call', count: 5, intervalMs: 10, minResumes: 0 },
-    { name: 'progress across server-initiated closes', count: 12, intervalMs: 100, minResumes: 3 },
+    { name: 'progress across a server-initiated close', count: 12, intervalMs: 100, minResumes: 1 },
   ];
   for (const c of cases) {
     test(c.name, async () => {
@@ -74,6 +77,9 @@ describe('TypeScript SDK client through mcprelay (polling every 200ms)', () => {
       assert.equal(got.text, `streamed ${c.count} events`);
       const rs = resumes(peer.exchanges.slice(from));
       assert.ok(rs.length >= c.minResumes, `${rs.length} resumes, want >= ${c.minResumes}`);
+      // A resume of the standalone stream (closed by polling too) may still
+      // wait for its answer when the call is done.
+      await Promise.all(rs.map((r) => r.settled));
       for (const r of rs) assert.ok(r.status === 200 || r.status === 204, `resume answered ${r.status}`);
       assert.deepEqual(peer.errors.slice(errorsFrom).map(String), [], 'a server-initiated close is not an error');
     });
@@ -112,6 +118,7 @@ describe('TypeScript SDK client through a socket cut mid-event', () => {
       assert.equal(got.text, `streamed ${c.count} events`);
       const rs = resumes(peer.exchanges.slice(from));
       assert.equal(rs.length, c.cuts.length, 'one resume (GET with Last-Event-ID) per cut');
+      await Promise.all(rs.map((r) => r.settled));
       for (const r of rs) assert.equal(r.status, 200);
       const disconnects = peer.errors.slice(errorsFrom).filter((e) => /SSE stream disconnected/.test(String(e)));
       assert.equal(disconnects.length, c.cuts.length, `client errors: ${peer.errors.slice(errorsFrom)}`);

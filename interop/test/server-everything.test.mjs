@@ -91,6 +91,7 @@ describe('server-everything behind mcprelay', () => {
       assert.equal(textOf(result), `Long running operation completed. Duration: ${c.duration} seconds, Steps: ${c.steps}.`);
       const rs = resumes(peer.exchanges.slice(from));
       assert.equal(rs.length, c.cuts.length, 'one resume (GET with Last-Event-ID) per cut');
+      await Promise.all(rs.map((r) => r.settled));
       for (const r of rs) assert.equal(r.status, 200);
     });
   }

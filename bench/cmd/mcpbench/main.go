@@ -6,12 +6,17 @@
 //	go run ./cmd/mcpbench -md ../docs/performance.md -json results.json
 //	go run ./cmd/mcpbench -quick                # CI smoke, under a minute
 //	go run ./cmd/mcpbench -targets relay-minimal -workloads stream -runs 1 -cpuprofile /tmp/prof
+//	go run ./cmd/mcpbench -targets relay-stdio,supergateway -workloads rt,first,mem -runs 3
 //
-// Targets: raw, raw-batched, relay-example, relay-minimal, gosdk,
-// gosdk-store, mcpgo, mcpgo-store. Workloads: rt (tools/call round trips on
-// concurrent sessions), stream (one call streaming many notifications),
-// streams (many such calls at once), resume (a cursor far back), idle
-// (idle sessions, then one idle GET stream each; resume runs with them open).
+// Targets: raw, raw-batched, relay-example, relay-minimal, relay-disk,
+// relay-stdio, relay-redis, relay-redis3, gosdk, gosdk-store, mcpgo,
+// mcpgo-store, supergateway (Node; npm ci in node/ first). Workloads: rt
+// (tools/call round trips on concurrent sessions), stream (one call
+// streaming many notifications), streams (many such calls at once), resume
+// (a cursor far back), idle (idle sessions, then one idle GET stream each;
+// resume runs with them open; Go servers only), first (initialize to the
+// first tool result of a new session), mem (resident memory of the server
+// process and all its children with idle sessions open).
 package main
 
 import (
@@ -33,7 +38,7 @@ import (
 	"github.com/mcprelay/mcprelay/bench/load"
 )
 
-var workloads = []string{"rt", "stream", "streams", "resume", "idle"}
+var workloads = []string{"rt", "stream", "streams", "resume", "idle", "first", "mem"}
 
 type config struct {
 	targets, workloads []string
@@ -47,6 +52,9 @@ type config struct {
 	resumeSamples      int
 	idleSessions       int
 	idleStreams        bool
+	firstSamples       int
+	memSessions        int
+	benchDir           string
 	timeout            time.Duration
 	cpuprofile         string
 	memprofile         string
@@ -68,7 +76,7 @@ func run(args []string) error {
 	var (
 		cfg        config
 		targetList = fs.String("targets", "all", "comma-separated targets, or all")
-		workList   = fs.String("workloads", "all", "comma-separated workloads (rt, stream, streams, resume, idle), or all")
+		workList   = fs.String("workloads", "all", "comma-separated workloads (rt, stream, streams, resume, idle, first, mem), or all")
 		quick      = fs.Bool("quick", false, "small counts for a smoke run under a minute (overrides the count flags)")
 		serve      = fs.String("serve", "", "internal: serve this target (a server process)")
 		renderJSON = fs.String("render", "", "do not run: rebuild the table and -md report from this -json file")
@@ -84,6 +92,9 @@ func run(args []string) error {
 	fs.IntVar(&cfg.resumeSamples, "resume-samples", 50, "resume: resumes per run")
 	fs.IntVar(&cfg.idleSessions, "idle-sessions", 10_000, "idle: initialized sessions (and GET streams)")
 	fs.BoolVar(&cfg.idleStreams, "idle-streams", true, "idle: also open one idle GET stream per session")
+	fs.IntVar(&cfg.firstSamples, "first-samples", 20, "first: new sessions per run, one after another")
+	fs.IntVar(&cfg.memSessions, "mem-sessions", 50, "mem: idle sessions open (each after one call) when the memory is read")
+	fs.StringVar(&cfg.benchDir, "bench-dir", ".", "the bench module's directory (supergateway: node/ and peers/node/)")
 	fs.DurationVar(&cfg.timeout, "timeout", 2*time.Minute, "bound on each workload run")
 	fs.StringVar(&cfg.cpuprofile, "cpuprofile", "", "write each server process's CPU profile to PREFIX.TARGET.PHASE.pprof (last run wins)")
 	fs.StringVar(&cfg.memprofile, "memprofile", "", "write each server process's heap profile with the idle sessions and streams open to PREFIX.TARGET.idle.heap.pprof")
@@ -115,6 +126,7 @@ func run(args []string) error {
 		cfg.streams, cfg.streamsEvents = 8, 500
 		cfg.resumeBack, cfg.resumeSamples = 1_000, 5
 		cfg.idleSessions = 200
+		cfg.firstSamples, cfg.memSessions = 3, 5
 		cfg.timeout = 20 * time.Second
 	}
 	var err error
@@ -197,6 +209,8 @@ type runConfig struct {
 	ResumeSamples     int      `json:"resume_samples"`
 	IdleSessions      int      `json:"idle_sessions"`
 	IdleStreams       bool     `json:"idle_streams"`
+	FirstSamples      int      `json:"first_samples,omitempty"`
+	MemSessions       int      `json:"mem_sessions,omitempty"`
 	RelayRetainEvents int      `json:"relay_retain_events"`
 	RelayRetainBytes  int64    `json:"relay_retain_bytes"`
 }
@@ -208,6 +222,7 @@ func (c config) describe() runConfig {
 		StreamEvents: c.streamEvents, Streams: c.streams, StreamsEvents: c.streamsEvents,
 		ResumeBack: c.resumeBack, ResumeSamples: c.resumeSamples,
 		IdleSessions: c.idleSessions, IdleStreams: c.idleStreams,
+		FirstSamples: c.firstSamples, MemSessions: c.memSessions,
 		RelayRetainEvents: c.server.relayRetainEvents, RelayRetainBytes: c.server.relayRetainBytes,
 	}
 }
@@ -220,6 +235,7 @@ func (rc runConfig) apply(c *config) {
 	c.streamEvents, c.streams, c.streamsEvents = rc.StreamEvents, rc.Streams, rc.StreamsEvents
 	c.resumeBack, c.resumeSamples = rc.ResumeBack, rc.ResumeSamples
 	c.idleSessions, c.idleStreams = rc.IdleSessions, rc.IdleStreams
+	c.firstSamples, c.memSessions = rc.FirstSamples, rc.MemSessions
 	c.server.relayRetainEvents, c.server.relayRetainBytes = rc.RelayRetainEvents, rc.RelayRetainBytes
 }
 
@@ -249,11 +265,15 @@ func (c config) logf(format string, args ...any) {
 
 // server is a running server process.
 type server struct {
-	cmd *exec.Cmd
-	url string // http://ADDR
+	cmd    *exec.Cmd
+	url    string        // http://ADDR
+	exited chan struct{} // closed once cmd.Wait returned
 }
 
 func startServer(exe string, cfg config, name, phase string) (*server, error) {
+	if name == "supergateway" {
+		return startSupergateway(exe, cfg.benchDir, cfg.verbose)
+	}
 	args := []string{"-serve", name, "-addr", "127.0.0.1:0",
 		"-relay-retain-events", fmt.Sprint(cfg.server.relayRetainEvents),
 		"-relay-retain-bytes", fmt.Sprint(cfg.server.relayRetainBytes)}
@@ -284,7 +304,9 @@ func startServer(exe string, cfg config, name, phase string) (*server, error) {
 	}()
 	select {
 	case u := <-lines:
-		return &server{cmd: cmd, url: u}, nil
+		exited := make(chan struct{})
+		go func() { cmd.Wait(); close(exited) }()
+		return &server{cmd: cmd, url: u, exited: exited}, nil
 	case <-time.After(30 * time.Second):
 		cmd.Process.Kill()
 		cmd.Wait()
@@ -294,34 +316,52 @@ func startServer(exe string, cfg config, name, phase string) (*server, error) {
 
 func (s *server) stop() {
 	s.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { s.cmd.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-s.exited:
 	case <-time.After(15 * time.Second):
 		s.cmd.Process.Kill()
-		<-done
+		<-s.exited
 	}
 }
 
-// runTarget runs the selected workloads against one target: the throughput
-// workloads in one server process, idle and resume in a fresh one.
-func runTarget(exe string, cfg config, run int, name string, res *results) {
-	t, _ := findTarget(name)
-	fail := func(w string, err error) {
+// treeMem reads the resident memory of the server process and its
+// children (stdio servers), for the mem workload.
+func (s *server) treeMem() (load.TreeMem, error) { return load.ReadTreeMem(s.cmd.Process.Pid) }
+
+// failer records a workload's failure in res (and logs it with -v).
+func failer(res *results, cfg config, run int, name string) func(workload string, err error) {
+	return func(w string, err error) {
 		res.fail(name, w, run, err)
 		cfg.logf("  %s %s: %v", name, w, err)
 	}
+}
+
+// startWarm starts a fresh server process for a phase and warms it up (a
+// session and a call; a failed warm-up is recorded, the workloads still
+// run). It returns nil when the server did not start (recorded too).
+func startWarm(exe string, cfg config, name, phase string, fail func(string, error)) (*server, *load.Client) {
+	srv, err := startServer(exe, cfg, name, phase)
+	if err != nil {
+		fail("start", err)
+		return nil, nil
+	}
+	c := load.NewClient(srv.url + "/mcp")
+	if err := warmUp(c, cfg.timeout); err != nil {
+		fail("warm-up", err)
+	}
+	return srv, c
+}
+
+// runTarget runs the selected workloads against one target: the throughput
+// workloads in one server process, first and mem in another, idle and
+// resume in a third.
+func runTarget(exe string, cfg config, run int, name string, res *results) {
+	t, _ := findTarget(name)
+	fail := failer(res, cfg, run, name)
 	if cfg.has("rt") || cfg.has("stream") || cfg.has("streams") {
-		srv, err := startServer(exe, cfg, name, "throughput")
-		if err != nil {
-			fail("start", err)
+		srv, c := startWarm(exe, cfg, name, "throughput", fail)
+		if srv == nil {
 			return
-		}
-		c := load.NewClient(srv.url + "/mcp")
-		// Warm up: a session and a call.
-		if err := warmUp(c, cfg.timeout); err != nil {
-			fail("warm-up", err)
 		}
 		if cfg.has("rt") {
 			cfg.logf("run %d %s rt", run+1, name)
@@ -356,20 +396,21 @@ func runTarget(exe string, cfg config, run int, name string, res *results) {
 		c.CloseIdle()
 		srv.stop()
 	}
-	if !cfg.has("idle") && !(cfg.has("resume") && t.resumable) {
+	if cfg.has("first") || cfg.has("mem") {
+		sessionWorkloads(exe, cfg, run, name, res)
+	}
+	if t.external && cfg.has("idle") {
+		fail("idle", errors.New("no in-process memory figures from a server that is not Go: see the mem workload"))
+	}
+	if !(cfg.has("idle") && !t.external) && !(cfg.has("resume") && t.resumable) {
 		return
 	}
-	srv, err := startServer(exe, cfg, name, "idle")
-	if err != nil {
-		fail("start", err)
+	srv, c := startWarm(exe, cfg, name, "idle", fail)
+	if srv == nil {
 		return
 	}
 	defer srv.stop()
-	c := load.NewClient(srv.url + "/mcp")
 	defer c.CloseIdle()
-	if err := warmUp(c, cfg.timeout); err != nil {
-		fail("warm-up", err)
-	}
 	if cfg.has("idle") {
 		cfg.logf("run %d %s idle (%d sessions)", run+1, name, cfg.idleSessions)
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
@@ -409,6 +450,42 @@ func runTarget(exe string, cfg config, run int, name string, res *results) {
 				"resume_first_p50_ms": ms(r.FirstP50), "resume_first_p99_ms": ms(r.FirstP99),
 				"resume_per_s": r.PerSec, "resume_lost": float64(r.Lost), "resume_resets": float64(r.Resets),
 				"resume_errors": float64(r.Errors)})
+		}
+	}
+}
+
+// sessionWorkloads runs mem, then first, in a fresh server process: the
+// memory is read with nothing open but the warm-up's (deleted) session.
+func sessionWorkloads(exe string, cfg config, run int, name string, res *results) {
+	fail := failer(res, cfg, run, name)
+	srv, c := startWarm(exe, cfg, name, "sessions", fail)
+	if srv == nil {
+		return
+	}
+	defer srv.stop()
+	defer c.CloseIdle()
+	if cfg.has("mem") {
+		cfg.logf("run %d %s mem (%d sessions)", run+1, name, cfg.memSessions)
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
+		r, err := load.SessionMem(ctx, c, cfg.memSessions, srv.treeMem)
+		cancel()
+		if err != nil {
+			fail("mem", err)
+		} else {
+			res.add(name, "mem", map[string]float64{
+				"mem_rss_per_session_B": r.PerSession, "mem_added_per_session_B": r.Added, "mem_server_added_per_session_B": r.RootAdded,
+				"mem_rss_before_B": float64(r.Before.RSS), "mem_procs": float64(r.Open.Procs)})
+		}
+	}
+	if cfg.has("first") {
+		cfg.logf("run %d %s first (%d sessions)", run+1, name, cfg.firstSamples)
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
+		r, err := load.First(ctx, c, cfg.firstSamples)
+		cancel()
+		if err != nil {
+			fail("first", err)
+		} else {
+			res.add(name, "first", map[string]float64{"first_p50_ms": ms(r.P50), "first_p99_ms": ms(r.P99)})
 		}
 	}
 }

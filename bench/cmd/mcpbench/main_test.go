@@ -16,6 +16,13 @@ func TestTargets(t *testing.T) {
 	cfg := serverConfig{relayRetainEvents: 1000, relayRetainBytes: 1 << 20}
 	for _, tg := range targets {
 		t.Run(tg.name, func(t *testing.T) {
+			if tg.external {
+				if _, _, err := handlerFor(tg.name, cfg); err == nil {
+					t.Fatal("handlerFor served an external target in process")
+				}
+				externalTarget(t, tg.name)
+				return
+			}
 			h, stop, err := handlerFor(tg.name, cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -41,6 +48,42 @@ func TestTargets(t *testing.T) {
 	}
 	if _, _, err := handlerFor("nope", cfg); err == nil {
 		t.Error("handlerFor accepted an unknown target")
+	}
+}
+
+// externalTarget runs a target served by another program (supergateway:
+// node, from bench/node as scripts/test installs it) with this test binary
+// as its stdio child: a stream, first calls, and the memory of the whole
+// process tree.
+func externalTarget(t *testing.T, name string) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := startServer(exe, config{benchDir: "../.."}, name, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.stop()
+	c := load.NewClient(srv.url + "/mcp")
+	defer c.CloseIdle()
+	res, err := load.Streams(t.Context(), c, 2, 40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Received != 80 || res.Lost != 0 || res.Errors != 0 {
+		t.Errorf("got %+v, want 80 received, none lost", res)
+	}
+	if _, err := load.First(t.Context(), c, 2); err != nil {
+		t.Error(err)
+	}
+	m, err := load.SessionMem(t.Context(), c, 2, srv.treeMem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The server and a child per open session, at least.
+	if m.Open.Procs < 3 || m.Added <= 0 {
+		t.Errorf("memory with 2 sessions open: %+v", m)
 	}
 }
 

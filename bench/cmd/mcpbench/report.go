@@ -179,6 +179,21 @@ var tables = []table{
 		{metric: "stream_goroutines", head: "goroutines/stream", format: dec},
 		{metric: "stream_failed", head: "streams not opened", format: num},
 	}},
+	{"first", func(c config) string {
+		return fmt.Sprintf("a new session: initialize to the result of its first tools/call, %d sessions one after another per run", c.firstSamples)
+	}, []column{
+		{metric: "first_p50_ms", head: "p50 ms", format: msf},
+		{metric: "first_p99_ms", head: "p99 ms", format: msf},
+	}},
+	{"mem", func(c config) string {
+		return fmt.Sprintf("%d idle sessions (one call each); RSS (VmRSS) of the server process and all its children (stdio servers), from /proc", c.memSessions)
+	}, []column{
+		{metric: "mem_rss_per_session_B", head: "RSS B/session (all ÷ sessions)", format: num},
+		{metric: "mem_added_per_session_B", head: "added B/session", format: num},
+		{metric: "mem_server_added_per_session_B", head: "of which the server process", format: num},
+		{metric: "mem_rss_before_B", head: "RSS B before", format: num},
+		{metric: "mem_procs", head: "processes", format: num},
+	}},
 }
 
 func num(v float64) string {

@@ -24,24 +24,26 @@ type target struct {
 	name      string
 	desc      string
 	resumable bool // resumption is worth measuring (an event store)
+	external  bool // not a Go handler: served by another program (startServer), never in process
 }
 
 // baseline is the target every ratio is taken against.
 const baseline = "raw"
 
 var targets = []target{
-	{"raw", "net/http with a minimal SSE/JSON handler doing no MCP work (peers.Minimal), flushing after every event: the limit, and the baseline of every ratio", true},
-	{"raw-batched", "the same handler flushing only when its 32 KiB buffer fills and at the end of a stream", true},
-	{"relay-example", "mcprelay (memory store) in front of its in-process example server, backend.SDK(exampleserver.New(nil), nil) as in `mcprelay serve`", true},
-	{"relay-minimal", "mcprelay (memory store) in front of peers.Minimal in process (batched writes, GET answered 405): the relay's own cost", true},
-	{"relay-disk", "mcprelay as `mcprelay serve` runs by default: the example server in process, the Pebble store with --sync always", true},
-	{"relay-stdio", "mcprelay (memory store) in front of the example server as a stdio child per session (mcprelay serve -- COMMAND)", true},
-	{"relay-redis", "one mcprelay replica on a private Redis (redisstore, leases), the example server in process", true},
-	{"relay-redis3", "three mcprelay replicas on one Redis behind a round-robin proxy in the same process: POSTs forwarded to the session's owner, GETs served from the shared log", true},
-	{"gosdk", "official Go SDK v1.8.0 StreamableHTTPHandler, no event store", false},
-	{"gosdk-store", "official Go SDK v1.8.0 StreamableHTTPHandler with MemoryEventStore (default limits)", true},
-	{"mcpgo", "mcp-go v1.2.1 StreamableHTTPServer, no event store", false},
-	{"mcpgo-store", "mcp-go v1.2.1 StreamableHTTPServer with InMemoryEventStore", true},
+	{"raw", "net/http with a minimal SSE/JSON handler doing no MCP work (peers.Minimal), flushing after every event: the limit, and the baseline of every ratio", true, false},
+	{"raw-batched", "the same handler flushing only when its 32 KiB buffer fills and at the end of a stream", true, false},
+	{"relay-example", "mcprelay (memory store) in front of its in-process example server, backend.SDK(exampleserver.New(nil), nil) as in `mcprelay serve`", true, false},
+	{"relay-minimal", "mcprelay (memory store) in front of peers.Minimal in process (batched writes, GET answered 405): the relay's own cost", true, false},
+	{"relay-disk", "mcprelay as `mcprelay serve` runs by default: the example server in process, the Pebble store with --sync always", true, false},
+	{"relay-stdio", "mcprelay (memory store) in front of the example server as a stdio child per session (mcprelay serve -- COMMAND)", true, false},
+	{"relay-redis", "one mcprelay replica on a private Redis (redisstore, leases), the example server in process", true, false},
+	{"relay-redis3", "three mcprelay replicas on one Redis behind a round-robin proxy in the same process: POSTs forwarded to the session's owner, GETs served from the shared log", true, false},
+	{"gosdk", "official Go SDK v1.8.0 StreamableHTTPHandler, no event store", false, false},
+	{"gosdk-store", "official Go SDK v1.8.0 StreamableHTTPHandler with MemoryEventStore (default limits)", true, false},
+	{"mcpgo", "mcp-go v1.2.1 StreamableHTTPServer, no event store", false, false},
+	{"mcpgo-store", "mcp-go v1.2.1 StreamableHTTPServer with InMemoryEventStore", true, false},
+	{name: "supergateway", desc: "supergateway 4.0.0 (Node, --stateful --outputTransport streamableHttp) in front of the same stdio child as relay-stdio, one per session", external: true},
 }
 
 func findTarget(name string) (target, bool) {
@@ -96,6 +98,9 @@ func handlerFor(name string, cfg serverConfig) (h http.Handler, stop func(), err
 		return peers.MCPGo(false), stop, nil
 	case "mcpgo-store":
 		return peers.MCPGo(true), stop, nil
+	}
+	if t, ok := findTarget(name); ok && t.external {
+		return nil, nil, fmt.Errorf("mcpbench: target %q is not a Go handler: it runs as a program of its own", name)
 	}
 	return nil, nil, fmt.Errorf("mcpbench: unknown target %q", name)
 }
