@@ -249,7 +249,6 @@ func serve(args []string) error {
 		where = "redis, replica " + cluster.Self()
 	}
 	log.Info("mcprelay listening", "url", "http://"+ln.Addr().String()+"/mcp", "upstream", target, "store", where)
-	h.Ready(ctx) // logs why, if not (an upstream that cannot be reached)
 
 	select {
 	case err := <-errc:
