@@ -32,7 +32,8 @@
 //     never delivered.
 //   - It understands mcprelay's "reset" event and the JSON-RPC error
 //     (code -32001, data {"reason":"backend_lost"}) that accompanies a lost
-//     request.
+//     request, and reports every reset to [Options.OnReset]: a gap says
+//     events were lost to eviction, not delayed.
 //   - On 404 for its session it re-initializes with the recorded initialize
 //     request (same client info and capabilities) and sends
 //     notifications/initialized, then re-sends in-flight requests that are
@@ -156,6 +157,15 @@ type Options struct {
 	// ProtocolVersion is sent in initialize and in MCP-Protocol-Version
 	// until the server's answer fixes the version. Empty means "2025-11-25".
 	ProtocolVersion string
+
+	// OnReset, if set, is called with each reset event a server such as
+	// mcprelay sends on one of the transport's streams, as it arrives and
+	// before the events after it are handed on: for example a gap (events
+	// of the stream were evicted before the client came back for them:
+	// they will not come) or a generation change. It is called from the
+	// transport's reading goroutines and must not block. Nil: resets are
+	// only logged.
+	OnReset func(resume.Reset)
 }
 
 // ReadOnly is the default [Options.Idempotent]: ping, resources/read,

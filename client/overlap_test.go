@@ -6,12 +6,16 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/mcprelay/mcprelay/backend"
 	"github.com/mcprelay/mcprelay/client"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -67,31 +71,92 @@ func overlapServer() http.Handler {
 // makes one call at a time.
 var lastCallID string
 
+// recordingTransport records every message its transport hands the SDK
+// (the SDK itself drops a response to a call already answered, so what
+// reaches it must be seen below it).
+type recordingTransport struct {
+	mcp.Transport
+
+	mu   sync.Mutex
+	read []jsonrpc.Message
+}
+
+func (r *recordingTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	c, err := r.Transport.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &recordingConn{Connection: c, r: r}, nil
+}
+
+func (r *recordingTransport) responses() []*jsonrpc.Response {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []*jsonrpc.Response
+	for _, m := range r.read {
+		if res, ok := m.(*jsonrpc.Response); ok {
+			out = append(out, res)
+		}
+	}
+	return out
+}
+
+type recordingConn struct {
+	mcp.Connection
+	r *recordingTransport
+}
+
+func (c *recordingConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	m, err := c.Connection.Read(ctx)
+	if err == nil {
+		c.r.mu.Lock()
+		c.r.read = append(c.r.read, m)
+		c.r.mu.Unlock()
+	}
+	return m, err
+}
+
 // TestOverlappingReplay: events repeated by a replay, and a second copy of
-// the response, never reach the SDK twice.
+// the response (under the same event ID or a new one), never reach the SDK
+// twice: each progress notification and the call's response are read
+// exactly once. In a synctest bubble (the server in process): once every
+// goroutine is idle, the transport has handed the SDK all it ever will.
 func TestOverlappingReplay(t *testing.T) {
-	hs := httptest.NewServer(overlapServer())
-	defer hs.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	plog := newProgressLog()
-	c := mcp.NewClient(&mcp.Implementation{Name: "overlap", Version: "1"}, &mcp.ClientOptions{ProgressNotificationHandler: plog.handle})
-	cs, err := c.Connect(ctx, client.New(client.Options{Endpoint: hs.URL, MinBackoff: time.Millisecond}), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &mcp.CallToolParams{Name: "x"}
-	p.SetProgressToken("t")
-	res, err := cs.CallTool(ctx, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := resultText(t, res); got != "ok" {
-		t.Errorf("result %q", got)
-	}
-	plog.waitFor(ctx, "t", 4)
-	cs.Close() // waits for the transport's goroutines: nothing more can arrive
-	if got, want := plog.get("t"), []float64{1, 2, 3, 4}; !slices.Equal(got, want) {
-		t.Errorf("progress %v, want %v", got, want)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		plog := newProgressLog()
+		c := mcp.NewClient(&mcp.Implementation{Name: "overlap", Version: "1"}, &mcp.ClientOptions{ProgressNotificationHandler: plog.handle})
+		tr := &recordingTransport{Transport: client.New(client.Options{
+			Endpoint:   "http://overlap.test/mcp",
+			HTTPClient: &http.Client{Transport: backend.InProcess(overlapServer())},
+			MinBackoff: time.Millisecond,
+		})}
+		cs, err := c.Connect(ctx, tr, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close()
+		p := &mcp.CallToolParams{Name: "x"}
+		p.SetProgressToken("t")
+		res, err := cs.CallTool(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := resultText(t, res); got != "ok" {
+			t.Errorf("result %q", got)
+		}
+		synctest.Wait()
+		if got, want := plog.get("t"), []float64{1, 2, 3, 4}; !slices.Equal(got, want) {
+			t.Errorf("progress %v, want %v", got, want)
+		}
+		var answers []string
+		for _, r := range tr.responses() {
+			if strings.Contains(string(r.Result), `"text":"ok"`) {
+				answers = append(answers, string(r.Result))
+			}
+		}
+		if len(answers) != 1 {
+			t.Errorf("the call's response reached the SDK %d times: %q", len(answers), answers)
+		}
+	})
 }

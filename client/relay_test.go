@@ -14,11 +14,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/mcprelay/mcprelay/backend"
 	"github.com/mcprelay/mcprelay/client"
+	"github.com/mcprelay/mcprelay/eventlog"
 	"github.com/mcprelay/mcprelay/relay"
+	"github.com/mcprelay/mcprelay/resume"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -409,50 +412,78 @@ func TestSessionLost(t *testing.T) {
 	}
 }
 
-// TestPolling: a relay that closes streams after a few milliseconds (with
-// retry; each opening connection once) still delivers a long call's
-// notifications once, in order.
+// TestPolling: a relay that closes streams for polling (with retry) still
+// delivers a long call's notifications once, in order, and the client
+// resumes the close after exactly the retry the relay sent. In a synctest
+// bubble (the client reaches the relay in process), so timing is exact: 21
+// events 3 ms apart answer at 63 ms; the relay closes the call's POST
+// stream 10 ms after it opens and the client comes back 10 ms later, at
+// 20 ms; the resumed GET is not closed again, so that is the one resume.
 func TestPolling(t *testing.T) {
-	h, err := relay.New(relay.Options{Backend: backend.SDK(countServer(nil), nil), PollInterval: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var resumes atomic.Int64
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet && r.Header.Get("Last-Event-ID") != "" {
-			resumes.Add(1)
+	synctest.Test(t, func(t *testing.T) {
+		const poll = 10 * time.Millisecond
+		secret := []byte("client-test-secret-0123456789abcdef")
+		codec, err := resume.NewCodec(secret)
+		if err != nil {
+			t.Fatal(err)
 		}
-		h.ServeHTTP(w, r)
-	}))
-	t.Cleanup(func() { h.Close(); hs.CloseClientConnections(); hs.Close() })
-	url := hs.URL
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	plog := newProgressLog()
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "poll", Version: "1"}, &mcp.ClientOptions{ProgressNotificationHandler: plog.handle}).
-		Connect(ctx, client.New(client.Options{Endpoint: url}), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
-	p := &mcp.CallToolParams{Name: "count", Arguments: map[string]any{"n": 20, "interval_ms": 3}}
-	p.SetProgressToken("poll")
-	res, err := cs.CallTool(ctx, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := resultText(t, res); got != "counted 20" {
-		t.Errorf("result %q", got)
-	}
-	if got := plog.waitFor(ctx, "poll", 20); len(got) != 20 || !inOrder(got) {
-		t.Errorf("progress %v", got)
-	}
-	// 20 events 3 ms apart outlast a 10 ms poll interval: the call's POST
-	// stream was closed once and resumed by GET, and so was the GET that
-	// opened the standalone stream.
-	if n := resumes.Load(); n < 2 {
-		t.Errorf("the client resumed %d times: the relay did not close for polling, or the client did not resume", n)
-	}
+		h, err := relay.New(relay.Options{Backend: backend.SDK(countServer(nil), nil), PollInterval: poll, Secret: secret})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Close() })
+		var mu sync.Mutex
+		resumes := map[resume.StreamKey][]time.Duration{} // by the stream resumed
+		start := time.Now()
+		hc := &http.Client{Transport: backend.InProcess(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodGet && r.Header.Get("Last-Event-ID") != "" {
+				cur, err := codec.Parse(r.Header.Get("Last-Event-ID"))
+				if err != nil {
+					t.Errorf("the client resumed with a cursor the relay never sent: %v", err)
+				}
+				mu.Lock()
+				resumes[cur.Stream] = append(resumes[cur.Stream], time.Since(start))
+				mu.Unlock()
+			}
+			h.ServeHTTP(w, r)
+		}))}
+		ctx := t.Context()
+		plog := newProgressLog()
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "poll", Version: "1"}, &mcp.ClientOptions{ProgressNotificationHandler: plog.handle}).
+			Connect(ctx, client.New(client.Options{Endpoint: "http://relay.test/mcp", HTTPClient: hc}), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close()
+		p := &mcp.CallToolParams{Name: "count", Arguments: map[string]any{"n": 21, "interval_ms": 3}}
+		p.SetProgressToken("poll")
+		start = time.Now()
+		res, err := cs.CallTool(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := resultText(t, res); got != "counted 21" {
+			t.Errorf("result %q", got)
+		}
+		if got := time.Since(start); got != 63*time.Millisecond {
+			t.Errorf("the result came after %v, want 63ms", got)
+		}
+		if got := plog.waitFor(ctx, "poll", 21); len(got) != 21 || !inOrder(got) {
+			t.Errorf("progress %v", got)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		// The GET that opens the standalone stream is closed at 10 ms
+		// too; the call's stream is the one whose resumes are counted here.
+		want := []time.Duration{20 * time.Millisecond}
+		found := false
+		for _, at := range resumes {
+			found = found || slices.Equal(at, want)
+		}
+		if !found {
+			t.Errorf("the client resumed its streams at %v, want the call's at %v (closed every %v, retry %v)", resumes, want, poll, poll)
+		}
+	})
 }
 
 func testLogger(t testing.TB) *slog.Logger {
@@ -464,4 +495,109 @@ type tlogWriter struct{ t testing.TB }
 func (w tlogWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
+}
+
+// firstCallCut cuts the first SSE answer to a POST (the tools/call) after
+// its first n events, as a dropped connection would.
+type firstCallCut struct {
+	base http.RoundTripper
+	n    int
+	done atomic.Bool
+}
+
+func (c *firstCallCut) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := c.base.RoundTrip(req)
+	if err != nil || req.Method != http.MethodPost || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") || !c.done.CompareAndSwap(false, true) {
+		return resp, err
+	}
+	resp.Body = &eventCutBody{rc: resp.Body, left: c.n}
+	return resp, nil
+}
+
+// eventCutBody reads whole SSE events until left are read, then fails.
+type eventCutBody struct {
+	rc   io.ReadCloser
+	left int
+	prev byte
+}
+
+func (b *eventCutBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		b.rc.Close()
+		return 0, errCut
+	}
+	n, err := b.rc.Read(p[:1]) // byte by byte: stop right after the n-th event
+	if n == 1 {
+		if p[0] == '\n' && b.prev == '\n' {
+			b.left--
+		}
+		b.prev = p[0]
+	}
+	return n, err
+}
+
+func (b *eventCutBody) Close() error { return b.rc.Close() }
+
+// TestGapReported: with a retention of 4 events per session, the events a
+// call logs while its client is away (its stream cut after the priming
+// event and 2 progress notifications, 100 ms of backoff) are evicted; the
+// resume brings a gap reset, which the client reports to its caller
+// (Options.OnReset), then the rest, and the call ends with its result.
+// In a synctest bubble, the relay in process: the timing is exact.
+func TestGapReported(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := eventlog.NewMemory(eventlog.Retention{MaxEvents: 4})
+		t.Cleanup(func() { st.Close() })
+		h, err := relay.New(relay.Options{Backend: backend.SDK(countServer(nil), nil), Store: st})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Close() })
+		var mu sync.Mutex
+		var resets []resume.Reset
+		tr := client.New(client.Options{
+			Endpoint:   "http://relay.test/mcp",
+			HTTPClient: &http.Client{Transport: &firstCallCut{base: backend.InProcess(h), n: 3}},
+			MinBackoff: 100 * time.Millisecond,
+			MaxBackoff: 100 * time.Millisecond,
+			OnReset: func(r resume.Reset) {
+				mu.Lock()
+				resets = append(resets, r)
+				mu.Unlock()
+			},
+		})
+		plog := newProgressLog()
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "gap", Version: "1"}, &mcp.ClientOptions{ProgressNotificationHandler: plog.handle}).Connect(t.Context(), tr, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close()
+		// 40 events 5 ms apart: the call goes on for 200 ms, half of it
+		// while the client waits to resume.
+		p := &mcp.CallToolParams{Name: "count", Arguments: map[string]any{"n": 40, "interval_ms": 5}}
+		p.SetProgressToken("gap")
+		res, err := cs.CallTool(t.Context(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := resultText(t, res); got != "counted 40" {
+			t.Errorf("result %q", got)
+		}
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(resets) != 1 || resets[0].Reason != resume.ReasonGap {
+			t.Fatalf("resets reported %+v, want one gap", resets)
+		}
+		// 1 and 2 before the cut, then a jump past what was evicted, then
+		// every notification up to 40.
+		got := plog.get("gap")
+		ok := len(got) > 2 && slices.Equal(got[:2], []float64{1, 2}) && got[2] > 3 && got[len(got)-1] == 40
+		for i := 3; ok && i < len(got); i++ {
+			ok = got[i] == got[i-1]+1
+		}
+		if !ok {
+			t.Errorf("progress %v: want 1, 2, then a jump (the gap), then each up to 40", got)
+		}
+	})
 }

@@ -2,6 +2,7 @@ package client
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"math/rand/v2"
 	"time"
@@ -119,6 +120,14 @@ func (c *conn) readStream(body io.ReadCloser, st *streamState, sid string, inter
 			// needs to be kept.
 			st.reset, st.progress = true, true
 			c.log.Warn("stream reset by the server", logSession, sid, logCursor, st.cursor, "data", string(ev.Data))
+			if c.opts.OnReset != nil {
+				var r resume.Reset
+				if err := json.Unmarshal(ev.Data, &r); err != nil {
+					c.log.Warn("a reset event that does not decode", logSession, sid, logCursor, st.cursor, logErr, err)
+				} else {
+					c.opts.OnReset(r)
+				}
+			}
 			continue
 		default:
 			continue

@@ -37,6 +37,11 @@ type client struct {
 	k     *checker
 	v     *violations
 	calls []*call
+
+	// pause: now and then the client stops reading a call's stream and
+	// comes back after up to pause, while the call goes on logging (with a
+	// tiny retention, the events it missed are evicted meanwhile).
+	pause time.Duration
 }
 
 // run makes calls until stop is closed, then one last short call with no
@@ -89,8 +94,8 @@ func (cl *client) runCall(ctx context.Context, c *call, intervalMS int) {
 		cl.v.addf("%s: POST answered %s: %s", c.name, resp.Status, b)
 		return
 	}
-	err = scan(resp, func(ev sse.Event) bool { cl.k.handle(c, ev); return true })
-	resp.Body.Close()
+	connEpoch := epoch // of the process that served the cursor
+	err = cl.follow(c, resp)
 	for !c.done() {
 		if err == nil {
 			cl.v.addf("%s: stream ended without a response (cursor %q, %d/%d progress, outcome %q)", c.name, c.cursor, c.progress, c.count, c.outcome)
@@ -125,8 +130,12 @@ func (cl *client) runCall(ctx context.Context, c *call, intervalMS int) {
 		c.statuses = append(c.statuses, resp.StatusCode)
 		switch resp.StatusCode {
 		case http.StatusOK:
-			err = scan(resp, func(ev sse.Event) bool { cl.k.handle(c, ev); return true })
-			resp.Body.Close()
+			gaps := c.gaps
+			err = cl.follow(c, resp)
+			if c.gaps > gaps && epoch != connEpoch {
+				c.gapsAcrossRestart++
+			}
+			connEpoch = epoch
 		default:
 			// 204 would say the stream is finished, yet its response never
 			// came: the request would be lost without a trace.
@@ -145,6 +154,29 @@ func (cl *client) runCall(ctx context.Context, c *call, intervalMS int) {
 			cl.v.addf("%s: lost, but the resume did not end with a generation_changed reset", c.name)
 		}
 	}
+}
+
+// follow reads a connection of c's stream into the checker until it ends
+// (nil) or is cut (errCut): by the relay's death, or by the client itself
+// when it pauses.
+func (cl *client) follow(c *call, resp *http.Response) error {
+	defer resp.Body.Close()
+	paused := false
+	err := scan(resp, func(ev sse.Event) bool {
+		cl.k.handle(c, ev)
+		if cl.pause > 0 && c.progress > 0 && !c.done() && cl.rng.IntN(30) == 0 {
+			paused = true
+			return false
+		}
+		return true
+	})
+	if paused {
+		resp.Body.Close()
+		time.Sleep(time.Duration(cl.rng.Int64N(int64(cl.pause))))
+		c.pauses++
+		return errCut
+	}
+	return err
 }
 
 // listen keeps the session's standalone GET stream open, resuming it after
@@ -186,6 +218,9 @@ func (cl *client) listen(ctx context.Context, resets *int) {
 				return true
 			}
 			var r resetMsg
+			if ev.Type == "reset" && json.Unmarshal(ev.Data, &r) == nil && r.Reason == resume.ReasonGap && cl.k.gapOK {
+				return true // the seals it missed were evicted
+			}
 			if ev.Type != "reset" || json.Unmarshal(ev.Data, &r) != nil || r.Reason != resume.ReasonGenerationChanged || r.Stream != stream {
 				cl.v.addf("standalone s%d: unexpected event on a stream with cursor on %s: id %q type %q %q", cl.n, stream, ev.ID, ev.Type, ev.Data)
 			}
@@ -206,6 +241,24 @@ func (cl *client) listen(ctx context.Context, resets *int) {
 // event ID (same Mcp-Session-Id: sessions are restored from the disk store).
 // Then it audits every client's view against the event log on disk.
 func TestCrashManySessions(t *testing.T) {
+	crashManySessions(t, 0, 0)
+}
+
+// TestCrashTinyRetention is TestCrashManySessions with 8 events kept per
+// session (a call logs 50 to 150) and clients that stop reading for up to
+// 300 ms now and then: events behind their cursors are evicted, before and
+// across kill -9 restarts. Every jump a client sees (in sequence or in
+// progress) must come right after a gap reset, and gaps must have
+// happened, some answered by a process other than the one that served the
+// cursor.
+func TestCrashTinyRetention(t *testing.T) {
+	crashManySessions(t, 8, 300*time.Millisecond)
+}
+
+// crashManySessions runs the crash test with retain events kept per session
+// (0: the default, far above what the test writes: no gap may happen) and
+// client pauses of up to pause (0: none).
+func crashManySessions(t *testing.T, retain int, pause time.Duration) {
 	needBinary(t)
 	const (
 		sessions = 12
@@ -218,7 +271,11 @@ func TestCrashManySessions(t *testing.T) {
 	t.Logf("seed %d (repeat the kill moments and call sizes with -crashtest.seed)", seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
 
-	p := newRelay(t)
+	var flags []string
+	if retain > 0 {
+		flags = []string{"--retain-events", fmt.Sprint(retain)}
+	}
+	p := newRelaySync(t, "always", flags...)
 	codec := p.codec()
 	v := &violations{}
 	ids := &idBook{}
@@ -231,8 +288,8 @@ func TestCrashManySessions(t *testing.T) {
 		if err != nil {
 			t.Fatalf("session %d: %v", i, err)
 		}
-		clients[i] = &client{n: i, p: p, url: p.url(), sid: sid, rng: rand.New(rand.NewPCG(seed, uint64(i+1))), v: v,
-			k: &checker{codec: codec, ids: ids, v: v, sid: sid, data: map[string]string{}}}
+		clients[i] = &client{n: i, p: p, url: p.url(), sid: sid, rng: rand.New(rand.NewPCG(seed, uint64(i+1))), v: v, pause: pause,
+			k: &checker{codec: codec, ids: ids, v: v, sid: sid, data: map[string]string{}, gapOK: retain > 0}}
 	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -276,7 +333,7 @@ func TestCrashManySessions(t *testing.T) {
 	keys := map[string]string{}
 	var all []*call
 	for _, cl := range clients {
-		audit(ctx, st, cl.sid, cl.calls, v)
+		audit(ctx, st, cl.sid, cl.calls, v, retain > 0)
 		for _, c := range cl.calls {
 			if c.key == "" {
 				continue
@@ -302,9 +359,15 @@ func TestCrashManySessions(t *testing.T) {
 		if c.outcome == "result" && c.resumes > 0 {
 			n["result after a resume"]++
 		}
+		n["gap resets"] += c.gaps
+		n["gap resets across a restart"] += c.gapsAcrossRestart
+		n["client pauses"] += c.pauses
 	}
 	t.Logf("%d rounds, %d calls: %v; %d event IDs delivered", rounds, len(all), n, len(ids.seen))
 	if n["result"] == 0 || n["lost"] == 0 || n["resume 200"] == 0 || n["standalone resets"] == 0 {
 		t.Errorf("the run did not exercise both outcomes and resumes: %v", n)
+	}
+	if retain > 0 && (n["gap resets"] == 0 || n["gap resets across a restart"] == 0) {
+		t.Errorf("the tiny retention made no gap (or none across a restart): eviction untested: %v", n)
 	}
 }

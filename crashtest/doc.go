@@ -20,6 +20,12 @@
 // client received exactly what the log holds for its streams, so nothing
 // durable was lost and nothing undurable was shown (--sync always).
 //
+// TestCrashTinyRetention runs the same with --retain-events 8 and clients
+// that stop reading now and then: events behind their cursors are evicted,
+// before and across restarts, and every jump a client sees (in sequence or
+// in progress) must come right after a gap reset; the audit compares the
+// log's tail. The run fails if no gap happened, or none across a restart.
+//
 // TestCrashSeqsNeverReused runs under each --sync policy: whatever a kill
 // loses under interval or none, no event ID a client received may come to
 // name another event, and a resume with the client's real last cursor is

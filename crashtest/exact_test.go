@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcprelay/mcprelay/internal/mcptest"
 	"github.com/mcprelay/mcprelay/resume"
 	"github.com/mcprelay/mcprelay/sse"
 )
@@ -273,17 +274,17 @@ func kind(t *testing.T, ev sse.Event, reqID string) string {
 		lost, _ := json.Marshal(r.Lost)
 		return "reset " + string(r.Reason) + " " + string(lost)
 	}
-	var m message
-	if err := json.Unmarshal(ev.Data, &m); err != nil {
+	m, err := mcptest.DecodeMessage(ev.Data)
+	if err != nil {
 		t.Errorf("message %q: %v", ev.Data, err)
 		return "?"
 	}
 	switch {
 	case m.Method == "notifications/progress" && m.Params.ProgressToken == reqID:
 		return fmt.Sprintf("progress %v", m.Params.Progress)
-	case m.ID == reqID && m.Result != nil:
+	case m.HasID(reqID) && m.Result != nil:
 		return "result"
-	case m.ID == reqID && m.Error != nil:
+	case m.HasID(reqID) && m.Error != nil:
 		return fmt.Sprintf("error %d", m.Error.Code)
 	}
 	t.Errorf("message %q does not belong to request %s", ev.Data, reqID)

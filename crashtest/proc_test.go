@@ -19,6 +19,7 @@ import (
 
 	"github.com/mcprelay/mcprelay/eventlog"
 	"github.com/mcprelay/mcprelay/eventlog/pebblestore"
+	"github.com/mcprelay/mcprelay/internal/mcptest"
 	"github.com/mcprelay/mcprelay/resume"
 	"github.com/mcprelay/mcprelay/sse"
 )
@@ -86,8 +87,8 @@ func newRelay(t *testing.T) *relayProc {
 	return newRelaySync(t, "always")
 }
 
-// newRelaySync is newRelay with the given --sync policy.
-func newRelaySync(t *testing.T, sync string) *relayProc {
+// newRelaySync is newRelay with the given --sync policy and more flags.
+func newRelaySync(t *testing.T, sync string, flags ...string) *relayProc {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -97,7 +98,7 @@ func newRelaySync(t *testing.T, sync string) *relayProc {
 	ln.Close()
 	tmp := t.TempDir()
 	p := &relayProc{t: t, name: "relay", addr: addr, dataDir: filepath.Join(tmp, "data"), logDir: tmp, changed: make(chan struct{})}
-	p.args = []string{"--data-dir", p.dataDir, "--sync", sync, "--log-level", "warn"}
+	p.args = append([]string{"--data-dir", p.dataDir, "--sync", sync, "--log-level", "warn"}, flags...)
 	t.Cleanup(func() {
 		p.kill()
 		if t.Failed() {
@@ -246,22 +247,9 @@ var httpClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true
 
 // do sends one request; hdr values that are "" are left out.
 func do(ctx context.Context, url, method string, hdr map[string]string, body string) (*http.Response, error) {
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	req, err := mcptest.NewRequest(ctx, method, url, hdr, body)
 	if err != nil {
 		return nil, err
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	for k, v := range hdr {
-		if v != "" {
-			req.Header.Set(k, v)
-		}
 	}
 	return httpClient.Do(req)
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/mcprelay/mcprelay/eventlog/redisstore"
 	"github.com/mcprelay/mcprelay/eventlog/redisstore/redistest"
+	"github.com/mcprelay/mcprelay/internal/mcptest"
 	"github.com/mcprelay/mcprelay/resume"
 	"github.com/mcprelay/mcprelay/sse"
 )
@@ -456,7 +457,7 @@ func runReplicaChaos(t *testing.T, run chaosRun) {
 	n := map[string]int{}
 	for _, cl := range clients {
 		if !run.redisRestart {
-			audit(ctx, st, cl.sid, cl.calls, v)
+			audit(ctx, st, cl.sid, cl.calls, v, false)
 		}
 		all = append(all, cl.calls...)
 		n["client cuts"] += cl.cuts
@@ -471,7 +472,7 @@ func runReplicaChaos(t *testing.T, run chaosRun) {
 			n["sessions re-homed"]++
 		}
 		for _, c := range cl.calls {
-			if c.gapped || c.outcome == "result" && c.progress < c.count {
+			if c.gaps > 0 {
 				n["calls with a gap reset"]++
 			}
 		}
@@ -665,16 +666,11 @@ func TestReplicasSampling(t *testing.T) {
 	var result string
 	answered := false
 	err = scan(resp, func(ev sse.Event) bool {
-		var m struct {
-			ID     json.RawMessage `json:"id"`
-			Method string          `json:"method"`
-			Result *struct {
-				Content []struct {
-					Text string `json:"text"`
-				} `json:"content"`
-			} `json:"result"`
+		if len(ev.Data) == 0 {
+			return true
 		}
-		if len(ev.Data) == 0 || json.Unmarshal(ev.Data, &m) != nil {
+		m, err := mcptest.DecodeMessage(ev.Data)
+		if err != nil {
 			return true
 		}
 		switch {
@@ -688,10 +684,8 @@ func TestReplicasSampling(t *testing.T) {
 			if r != nil {
 				r.Body.Close()
 			}
-		case m.Result != nil && string(m.ID) == `"s1"`:
-			if len(m.Result.Content) > 0 {
-				result = m.Result.Content[0].Text
-			}
+		case m.Result != nil && m.HasID("s1"):
+			result = m.Text()
 			return false
 		}
 		return true

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcprelay/mcprelay/internal/mcptest"
 	"github.com/mcprelay/mcprelay/resume"
 	"github.com/mcprelay/mcprelay/sse"
 )
@@ -159,7 +160,7 @@ func crashSeqs(t *testing.T, policy string) {
 					all = append(all, received{id: ev.ID, cur: c, typ: ev.Type, data: string(ev.Data)})
 				}
 				var r resetMsg
-				var m message
+				var m mcptest.Message
 				switch {
 				case ev.Type == "reset" && json.Unmarshal(ev.Data, &r) == nil && r.Reason == resume.ReasonBackendLost:
 					want, _ := json.Marshal(cl.call)
@@ -167,7 +168,7 @@ func crashSeqs(t *testing.T, policy string) {
 				case ev.Type == "reset" && json.Unmarshal(ev.Data, &r) == nil && r.Reason == resume.ReasonGenerationChanged:
 					genReset = true
 				case ev.Type == "" && json.Unmarshal(ev.Data, &m) == nil && m.Error != nil:
-					lostError = m.ID == cl.call && m.Error.Code == resume.CodeRequestLost && lostReset
+					lostError = m.HasID(cl.call) && m.Error.Code == resume.CodeRequestLost && lostReset
 				}
 			}
 			if !lostReset || !lostError || !genReset {

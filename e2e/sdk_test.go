@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"reflect"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mcprelay/mcprelay/internal/mcptest"
+	"github.com/mcprelay/mcprelay/sse"
 
 	"github.com/mcprelay/mcprelay/backend"
 	"github.com/mcprelay/mcprelay/exampleserver"
@@ -112,9 +114,9 @@ func legacyRequestRefused(t *testing.T, _ *sdkClient, res *mcp.CallToolResult) {
 	}
 }
 
-// exampleTools is every tool of the example server with valid arguments
-// and what its result must be (the example server's own tests' checks).
-var exampleTools = []struct {
+// exampleTool is a tool of the example server with valid arguments and
+// what its result must be (the example server's own tests' checks).
+type exampleTool struct {
 	tool  string
 	args  any
 	token any // progress token, if the call sets one
@@ -122,55 +124,21 @@ var exampleTools = []struct {
 	// modern, if set, replaces check at 2026-07-28, where the example
 	// server behaves differently with or without the relay (see below).
 	modern func(t *testing.T, c *sdkClient, res *mcp.CallToolResult)
-}{
-	{"test_simple_text", map[string]any{}, nil, func(t *testing.T, _ *sdkClient, res *mcp.CallToolResult) {
-		if got := mcptest.OnlyText(t, res); got != "This is a simple text response for testing." {
-			t.Errorf("text %q", got)
-		}
-	}, nil},
-	{"test_image_content", map[string]any{}, nil, func(t *testing.T, _ *sdkClient, res *mcp.CallToolResult) {
-		img, ok := res.Content[0].(*mcp.ImageContent)
-		if len(res.Content) != 1 || !ok || img.MIMEType != "image/png" {
-			t.Fatalf("content %+v, want one image/png", res.Content)
-		}
-		mcptest.CheckPNG(t, img.Data)
-	}, nil},
-	{"test_audio_content", map[string]any{}, nil, func(t *testing.T, _ *sdkClient, res *mcp.CallToolResult) {
-		a, ok := res.Content[0].(*mcp.AudioContent)
-		if len(res.Content) != 1 || !ok || a.MIMEType != "audio/wav" {
-			t.Fatalf("content %+v, want one audio/wav", res.Content)
-		}
-		if len(a.Data) < 44 || string(a.Data[:4]) != "RIFF" || string(a.Data[8:16]) != "WAVEfmt " {
-			t.Errorf("audio data is not a WAV file")
-		}
-	}, nil},
-	{"test_embedded_resource", map[string]any{}, nil, func(t *testing.T, _ *sdkClient, res *mcp.CallToolResult) {
-		r, ok := res.Content[0].(*mcp.EmbeddedResource)
-		if len(res.Content) != 1 || !ok {
-			t.Fatalf("content %+v, want one resource", res.Content)
-		}
-		want := mcp.ResourceContents{URI: "test://embedded-resource", MIMEType: "text/plain", Text: "This is an embedded resource content."}
-		if !reflect.DeepEqual(*r.Resource, want) {
-			t.Errorf("resource %+v, want %+v", *r.Resource, want)
-		}
-	}, nil},
-	{"test_multiple_content_types", map[string]any{}, nil, func(t *testing.T, _ *sdkClient, res *mcp.CallToolResult) {
-		if len(res.Content) != 3 {
-			t.Fatalf("content has %d items, want 3", len(res.Content))
-		}
-		if tc, ok := res.Content[0].(*mcp.TextContent); !ok || tc.Text != "Multiple content types test:" {
-			t.Errorf("item 0 = %+v", res.Content[0])
-		}
-		if img, ok := res.Content[1].(*mcp.ImageContent); !ok || img.MIMEType != "image/png" {
-			t.Errorf("item 1 = %+v", res.Content[1])
-		} else {
-			mcptest.CheckPNG(t, img.Data)
-		}
-		want := mcp.ResourceContents{URI: "test://mixed-content-resource", MIMEType: "application/json", Text: `{"test":"data","value":123}`}
-		if r, ok := res.Content[2].(*mcp.EmbeddedResource); !ok || !reflect.DeepEqual(*r.Resource, want) {
-			t.Errorf("item 2 = %+v, want resource %+v", res.Content[2], want)
-		}
-	}, nil},
+}
+
+// contentTools are the example server's tools that answer fixed content.
+func contentTools() []exampleTool {
+	var out []exampleTool
+	for _, name := range mcptest.ExampleContentTools {
+		out = append(out, exampleTool{tool: name, args: map[string]any{}, check: func(t *testing.T, _ *sdkClient, res *mcp.CallToolResult) {
+			mcptest.CheckExampleResult(t, name, res)
+		}})
+	}
+	return out
+}
+
+// exampleTools is every tool of the example server.
+var exampleTools = append(contentTools(), []exampleTool{
 	{"test_tool_with_logging", map[string]any{}, nil, func(t *testing.T, c *sdkClient, res *mcp.CallToolResult) {
 		if got := mcptest.OnlyText(t, res); got != "Tool with logging executed successfully" {
 			t.Errorf("text %q", got)
@@ -206,11 +174,6 @@ var exampleTools = []struct {
 		}
 		if want := []float64{0, 50, 100}; !reflect.DeepEqual(got, want) {
 			t.Errorf("progress %v, want %v", got, want)
-		}
-	}, nil},
-	{"test_error_handling", map[string]any{}, nil, func(t *testing.T, _ *sdkClient, res *mcp.CallToolResult) {
-		if !res.IsError || mcptest.OnlyText(t, res) != "This tool intentionally returns an error for testing" {
-			t.Errorf("result %+v, want the tool error", res)
 		}
 	}, nil},
 	{"test_sampling", map[string]any{"prompt": "Test prompt for sampling"}, nil, func(t *testing.T, c *sdkClient, res *mcp.CallToolResult) {
@@ -269,7 +232,7 @@ var exampleTools = []struct {
 			}
 		}
 	}, nil},
-}
+}...)
 
 // TestSDKClientEveryTool drives the relay, in front of the example server,
 // with the official Go SDK client: every tool, resource and prompt, at
@@ -386,41 +349,13 @@ func TestSDKClientEveryTool(t *testing.T) {
 			t.Run("prompts", func(t *testing.T) {
 				ctx, cancel := context.WithTimeout(t.Context(), sdkWait)
 				defer cancel()
-				text := func(s string) mcp.Content { return &mcp.TextContent{Text: s} }
-				tests := []struct {
-					name string
-					args map[string]string
-					want []mcp.Content // an *mcp.ImageContent entry only needs to hold a PNG
-				}{
-					{"test_simple_prompt", nil, []mcp.Content{text("This is a simple prompt for testing.")}},
-					{"test_prompt_with_arguments", map[string]string{"arg1": "hello", "arg2": "world"},
-						[]mcp.Content{text("Prompt with arguments: arg1='hello', arg2='world'")}},
-					{"test_prompt_with_embedded_resource", map[string]string{"resourceUri": "test://example-resource"}, []mcp.Content{
-						&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: "test://example-resource", MIMEType: "text/plain", Text: "Embedded resource content for testing."}},
-						text("Please process the embedded resource above."),
-					}},
-					{"test_prompt_with_image", nil, []mcp.Content{&mcp.ImageContent{MIMEType: "image/png"}, text("Please analyze the image above.")}},
-				}
-				for _, tt := range tests {
-					res, err := c.cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: tt.name, Arguments: tt.args})
+				for _, p := range mcptest.ExamplePrompts {
+					res, err := c.cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: p.Name, Arguments: p.Args})
 					if err != nil {
-						t.Errorf("prompts/get %s: %v", tt.name, err)
+						t.Errorf("prompts/get %s: %v", p.Name, err)
 						continue
 					}
-					if len(res.Messages) != len(tt.want) {
-						t.Errorf("%s: %d messages, want %d", tt.name, len(res.Messages), len(tt.want))
-						continue
-					}
-					for i, m := range res.Messages {
-						got := m.Content
-						if img, ok := got.(*mcp.ImageContent); ok {
-							mcptest.CheckPNG(t, img.Data)
-							got = &mcp.ImageContent{MIMEType: img.MIMEType}
-						}
-						if m.Role != "user" || !reflect.DeepEqual(got, tt.want[i]) {
-							t.Errorf("%s message %d = %s %+v, want user %+v", tt.name, i, m.Role, got, tt.want[i])
-						}
-					}
+					mcptest.CheckPrompt(t, p, res)
 				}
 			})
 		})
@@ -439,6 +374,44 @@ type cutter struct {
 	log     []string // what happened, for failure messages
 	cuts    int
 	resumes int
+	seen    []*bytes.Buffer // of each SSE response, the bytes the client read
+}
+
+// teeBody copies what its reader reads into w.
+type teeBody struct {
+	rc io.ReadCloser
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (b *teeBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	b.mu.Lock()
+	b.w.Write(p[:n])
+	b.mu.Unlock()
+	return n, err
+}
+
+func (b *teeBody) Close() error { return b.rc.Close() }
+
+// delivered returns the SSE events the client read whole, from every
+// stream (an event cut in its middle was not delivered: the client drops
+// it and gets it again from the resume).
+func (c *cutter) delivered() []sse.Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []sse.Event
+	for _, b := range c.seen {
+		sc := sse.NewScanner(bytes.NewReader(b.Bytes()))
+		for {
+			ev, err := sc.Next()
+			if err != nil {
+				break
+			}
+			out = append(out, ev)
+		}
+	}
+	return out
 }
 
 func (c *cutter) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -470,7 +443,14 @@ func (c *cutter) RoundTrip(req *http.Request) (*http.Response, error) {
 	default:
 		return resp, nil
 	}
-	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") || len(c.offsets) == 0 {
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		c.log = append(c.log, fmt.Sprintf("%s -> %s", what, resp.Status))
+		return resp, nil
+	}
+	seen := &bytes.Buffer{}
+	c.seen = append(c.seen, seen)
+	defer func() { resp.Body = &teeBody{rc: resp.Body, mu: &c.mu, w: seen} }()
+	if len(c.offsets) == 0 {
 		c.log = append(c.log, fmt.Sprintf("%s -> %s", what, resp.Status))
 		return resp, nil
 	}
@@ -594,14 +574,36 @@ func TestSDKClientResumesCutStream(t *testing.T) {
 					t.Fatalf("progress notification %d = %+v, want %d/%d (exactly once, in order)\n%s", i, n, i, count, report())
 				}
 			}
-			// A round trip after the result: nothing extra may follow.
-			if err := c.cs.Ping(ctx, nil); err != nil {
-				t.Fatalf("ping: %v", err)
-			}
+			// Closing the session waits for its handlers: what it read,
+			// it has handled. Nothing extra may have come, and on the
+			// wire every notification and the result came in exactly one
+			// whole event (a replay overlapping what the client had would
+			// show here even if it came after the result).
+			c.cs.Close()
 			select {
 			case n := <-c.progress:
 				t.Fatalf("extra progress notification %+v after all %d\n%s", n, count, report())
 			default:
+			}
+			times := map[string]int{}
+			for _, ev := range cut.delivered() {
+				if len(ev.Data) == 0 || ev.Type != "" {
+					continue
+				}
+				switch m := mcptest.Decode(t, ev.Data); {
+				case m.Method == "notifications/progress" && m.Params.ProgressToken == "cut-stream":
+					times[fmt.Sprint("progress ", m.Params.Progress)]++
+				case m.Result != nil && strings.HasPrefix(m.Text(), "streamed "):
+					times["result"]++
+				}
+			}
+			for i := 1; i <= count; i++ {
+				if n := times[fmt.Sprint("progress ", float64(i))]; n != 1 {
+					t.Errorf("progress %d came in %d whole events, want exactly 1\n%s", i, n, report())
+				}
+			}
+			if times["result"] != 1 {
+				t.Errorf("the result came in %d whole events, want exactly 1\n%s", times["result"], report())
 			}
 			cut.mu.Lock()
 			cuts, resumes := cut.cuts, cut.resumes

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,9 +13,9 @@ import (
 )
 
 func TestMemoryConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T, r eventlog.Retention) eventlog.Store {
+	storetest.RunWith(t, func(t *testing.T, r eventlog.Retention) eventlog.Store {
 		return eventlog.NewMemory(r)
-	})
+	}, storetest.Options{Synctest: true})
 }
 
 func TestMemoryClosed(t *testing.T) {
@@ -96,50 +95,12 @@ func TestMemoryHeapPerSession(t *testing.T) {
 	}
 }
 
-func benchAppend(b *testing.B, streams int) {
-	ctx := context.Background()
-	m := eventlog.NewMemory(eventlog.Retention{}) // defaults: eviction at 10,000 events per session
-	defer m.Close()
-	keys := make([]string, streams)
-	for i := range keys {
-		sid, key := fmt.Sprintf("sess-%d", i), fmt.Sprintf("stream-%d", i)
-		if err := m.CreateSession(ctx, &eventlog.Session{ID: sid, Incarnation: 1}); err != nil {
-			b.Fatal(err)
-		}
-		if err := m.CreateStream(ctx, &eventlog.Stream{Key: key, Session: sid, Generation: 1}); err != nil {
-			b.Fatal(err)
-		}
-		keys[i] = key
-	}
-	data := make([]byte, 150)
-	b.ReportAllocs()
-	b.ResetTimer()
-	var wg sync.WaitGroup
-	for i, key := range keys {
-		n := b.N / streams
-		if i < b.N%streams {
-			n++
-		}
-		wg.Go(func() {
-			for range n {
-				if _, err := m.Append(ctx, key, false, eventlog.Event{Data: data}); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
-}
-
-// BenchmarkMemoryAppend appends single 150-byte events, each concurrent
-// stream in its own session, at the default retention (so in steady state
-// every Append also evicts one event).
+// BenchmarkMemoryAppend runs the append benchmark every store runs
+// (storetest.BenchmarkAppend).
 func BenchmarkMemoryAppend(b *testing.B) {
-	for _, streams := range []int{1, 64} {
-		b.Run(fmt.Sprintf("streams=%d", streams), func(b *testing.B) { benchAppend(b, streams) })
-	}
+	storetest.BenchmarkAppend(b, func(b *testing.B) eventlog.Store {
+		return eventlog.NewMemory(eventlog.Retention{})
+	}, nil)
 }
 
 // BenchmarkMemoryReadAfter reads after a cursor 10,000 events back in a

@@ -255,62 +255,6 @@ func TestTools(t *testing.T) {
 		args  any
 		check func(t *testing.T, f *fixture, res *mcp.CallToolResult)
 	}{
-		{"simple text", "test_simple_text", nil, func(t *testing.T, _ *fixture, res *mcp.CallToolResult) {
-			if got := mcptest.OnlyText(t, res); got != "This is a simple text response for testing." {
-				t.Errorf("text %q", got)
-			}
-		}},
-		{"image", "test_image_content", map[string]any{}, func(t *testing.T, _ *fixture, res *mcp.CallToolResult) {
-			img, ok := res.Content[0].(*mcp.ImageContent)
-			if len(res.Content) != 1 || !ok || img.MIMEType != "image/png" {
-				t.Fatalf("content %+v, want one image/png", res.Content)
-			}
-			mcptest.CheckPNG(t, img.Data)
-		}},
-		{"audio", "test_audio_content", map[string]any{}, func(t *testing.T, _ *fixture, res *mcp.CallToolResult) {
-			a, ok := res.Content[0].(*mcp.AudioContent)
-			if len(res.Content) != 1 || !ok || a.MIMEType != "audio/wav" {
-				t.Fatalf("content %+v, want one audio/wav", res.Content)
-			}
-			if len(a.Data) < 44 || string(a.Data[:4]) != "RIFF" || string(a.Data[8:16]) != "WAVEfmt " {
-				t.Errorf("audio data is not a WAV file: % x", a.Data[:min(16, len(a.Data))])
-			}
-		}},
-		{"embedded resource", "test_embedded_resource", map[string]any{}, func(t *testing.T, _ *fixture, res *mcp.CallToolResult) {
-			r, ok := res.Content[0].(*mcp.EmbeddedResource)
-			if len(res.Content) != 1 || !ok {
-				t.Fatalf("content %+v, want one resource", res.Content)
-			}
-			want := mcp.ResourceContents{URI: "test://embedded-resource", MIMEType: "text/plain", Text: "This is an embedded resource content."}
-			if !reflect.DeepEqual(*r.Resource, want) {
-				t.Errorf("resource %+v, want %+v", *r.Resource, want)
-			}
-		}},
-		{"multiple content types", "test_multiple_content_types", map[string]any{}, func(t *testing.T, _ *fixture, res *mcp.CallToolResult) {
-			if len(res.Content) != 3 {
-				t.Fatalf("content has %d items, want 3", len(res.Content))
-			}
-			if tc, ok := res.Content[0].(*mcp.TextContent); !ok || tc.Text != "Multiple content types test:" {
-				t.Errorf("item 0 = %+v", res.Content[0])
-			}
-			if img, ok := res.Content[1].(*mcp.ImageContent); !ok || img.MIMEType != "image/png" {
-				t.Errorf("item 1 = %+v", res.Content[1])
-			} else {
-				mcptest.CheckPNG(t, img.Data)
-			}
-			want := mcp.ResourceContents{URI: "test://mixed-content-resource", MIMEType: "application/json", Text: `{"test":"data","value":123}`}
-			if r, ok := res.Content[2].(*mcp.EmbeddedResource); !ok || !reflect.DeepEqual(*r.Resource, want) {
-				t.Errorf("item 2 = %+v, want resource %+v", res.Content[2], want)
-			}
-		}},
-		{"error handling", "test_error_handling", map[string]any{}, func(t *testing.T, _ *fixture, res *mcp.CallToolResult) {
-			if !res.IsError {
-				t.Error("isError is false")
-			}
-			if got := mcptest.OnlyText(t, res); got != "This tool intentionally returns an error for testing" {
-				t.Errorf("text %q", got)
-			}
-		}},
 		{"sampling", "test_sampling", map[string]any{"prompt": "Test prompt for sampling"}, func(t *testing.T, f *fixture, res *mcp.CallToolResult) {
 			if got := mcptest.OnlyText(t, res); got != "LLM response: This is a test response from the client" {
 				t.Errorf("text %q", got)
@@ -396,6 +340,12 @@ func TestTools(t *testing.T) {
 				t.Errorf("text %q", got)
 			}
 		}},
+	}
+	for _, tool := range mcptest.ExampleContentTools {
+		t.Run(tool, func(t *testing.T) {
+			f := newFixture(t)
+			mcptest.CheckExampleResult(t, tool, f.call(t, tool, map[string]any{}, nil))
+		})
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -725,43 +675,13 @@ func TestPrompts(t *testing.T) {
 		t.Errorf("prompts %v, want %v", names, want)
 	}
 
-	text := func(s string) mcp.Content { return &mcp.TextContent{Text: s} }
-	tests := []struct {
-		name string
-		args map[string]string
-		want []mcp.Content // an *mcp.ImageContent entry only needs to hold a PNG
-	}{
-		{"test_simple_prompt", nil, []mcp.Content{text("This is a simple prompt for testing.")}},
-		{"test_prompt_with_arguments", map[string]string{"arg1": "hello", "arg2": "world"},
-			[]mcp.Content{text("Prompt with arguments: arg1='hello', arg2='world'")}},
-		{"test_prompt_with_embedded_resource", map[string]string{"resourceUri": "test://example-resource"}, []mcp.Content{
-			&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: "test://example-resource", MIMEType: "text/plain", Text: "Embedded resource content for testing."}},
-			text("Please process the embedded resource above."),
-		}},
-		{"test_prompt_with_image", nil, []mcp.Content{&mcp.ImageContent{MIMEType: "image/png"}, text("Please analyze the image above.")}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			res, err := f.cs.GetPrompt(t.Context(), &mcp.GetPromptParams{Name: tt.name, Arguments: tt.args})
+	for _, p := range mcptest.ExamplePrompts {
+		t.Run(p.Name, func(t *testing.T) {
+			res, err := f.cs.GetPrompt(t.Context(), &mcp.GetPromptParams{Name: p.Name, Arguments: p.Args})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(res.Messages) != len(tt.want) {
-				t.Fatalf("%d messages, want %d", len(res.Messages), len(tt.want))
-			}
-			for i, m := range res.Messages {
-				if m.Role != "user" {
-					t.Errorf("message %d role %q", i, m.Role)
-				}
-				got := m.Content
-				if img, ok := got.(*mcp.ImageContent); ok {
-					mcptest.CheckPNG(t, img.Data)
-					got = &mcp.ImageContent{MIMEType: img.MIMEType}
-				}
-				if !reflect.DeepEqual(got, tt.want[i]) {
-					t.Errorf("message %d = %+v, want %+v", i, got, tt.want[i])
-				}
-			}
+			mcptest.CheckPrompt(t, p, res)
 		})
 	}
 }

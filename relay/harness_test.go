@@ -3,7 +3,6 @@ package relay_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -74,6 +73,10 @@ func testServer(gate <-chan struct{}) *mcp.Server {
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "polled"}}}, nil, nil
 	})
 	mcp.AddTool(s, &mcp.Tool{Name: "block", Description: "blocks until cancelled"}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		select {
+		case blockStarted <- struct{}{}:
+		default:
+		}
 		<-ctx.Done()
 		select {
 		case blockCancelled <- struct{}{}:
@@ -91,6 +94,7 @@ func testServer(gate <-chan struct{}) *mcp.Server {
 }
 
 var (
+	blockStarted   = make(chan struct{}, 1) // the block tool is running
 	blockCancelled = make(chan struct{}, 1)
 	addedTools     atomic.Int64
 )
@@ -98,14 +102,31 @@ var (
 type env struct {
 	t       *testing.T
 	url     string
+	client  *http.Client
 	relay   *relay.Handler
 	backend *mcptest.Restartable
 	gate    chan struct{}
+
+	sessions []*rawSession // opened by initialize
 }
 
 // newEnv starts a relay (in front of testServer, in process) on a real
 // loopback listener.
 func newEnv(t *testing.T, opts relay.Options) *env {
+	t.Helper()
+	return startEnv(t, opts, false)
+}
+
+// newBubbleEnv is newEnv for a testing/synctest bubble: the client reaches
+// the relay in process, without a socket (a bubble cannot wait on network
+// I/O), so the relay's, the backend's and the test's timers all run on the
+// bubble's clock and timing is exact.
+func newBubbleEnv(t *testing.T, opts relay.Options) *env {
+	t.Helper()
+	return startEnv(t, opts, true)
+}
+
+func startEnv(t *testing.T, opts relay.Options, inProcess bool) *env {
 	t.Helper()
 	e := &env{t: t, gate: make(chan struct{})}
 	e.backend = mcptest.NewRestartable(func() http.Handler {
@@ -122,6 +143,21 @@ func newEnv(t *testing.T, opts relay.Options) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.relay = h
+	if inProcess {
+		e.client = &http.Client{Transport: backend.InProcess(h)}
+		e.url = "http://relay.test/mcp"
+		t.Cleanup(func() {
+			// A bubble ends only when every goroutine in it has: the
+			// backend sessions' too, which Close leaves for a restore.
+			for _, s := range e.sessions {
+				s.delete()
+			}
+			h.Close()
+			e.backend.Stop()
+		})
+		return e
+	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(func() {
 		h.Close()
@@ -129,7 +165,7 @@ func newEnv(t *testing.T, opts relay.Options) *env {
 		srv.Close()
 		e.backend.Stop()
 	})
-	e.relay = h
+	e.client = http.DefaultClient
 	e.url = srv.URL
 	return e
 }
@@ -197,26 +233,13 @@ type rawSession struct {
 
 func (e *env) do(method string, hdr map[string]string, body string) *http.Response {
 	e.t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, e.url, rd)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	e.t.Cleanup(cancel)
+	req, err := mcptest.NewRequest(ctx, method, e.url, hdr, body)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	for k, v := range hdr {
-		if v != "" {
-			req.Header.Set(k, v)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	e.t.Cleanup(cancel)
-	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	resp, err := e.client.Do(req)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -238,6 +261,7 @@ func (e *env) initialize(version, auth string) *rawSession {
 	if s.id == "" {
 		e.t.Fatal("initialize: no Mcp-Session-Id")
 	}
+	e.sessions = append(e.sessions, s)
 	r := s.post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 	if r.StatusCode != http.StatusAccepted {
 		e.t.Fatalf("initialized: %s %s", r.Status, readBody(e.t, r))
@@ -247,6 +271,16 @@ func (e *env) initialize(version, auth string) *rawSession {
 
 func (s *rawSession) headers() map[string]string {
 	return map[string]string{"Mcp-Session-Id": s.id, "Mcp-Protocol-Version": s.version, "Authorization": s.auth}
+}
+
+// delete ends the session.
+func (s *rawSession) delete() {
+	s.e.t.Helper()
+	resp := s.e.do("DELETE", s.headers(), "")
+	io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusNotFound {
+		s.e.t.Errorf("DELETE: %s", resp.Status)
+	}
 }
 
 func (s *rawSession) post(body string) *http.Response {
@@ -334,33 +368,6 @@ func lastID(evs []sse.Event) string {
 		}
 	}
 	return ""
-}
-
-type rpc struct {
-	ID     json.RawMessage `json:"id"`
-	Method string          `json:"method"`
-	Params struct {
-		Progress float64 `json:"progress"`
-		Data     any     `json:"data"`
-	} `json:"params"`
-	Result *struct {
-		Content []struct {
-			Text string `json:"text"`
-		} `json:"content"`
-	} `json:"result"`
-	Error *struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
-
-func decode(t *testing.T, data []byte) rpc {
-	t.Helper()
-	var m rpc
-	if err := json.Unmarshal(data, &m); err != nil {
-		t.Fatalf("decoding %q: %v", data, err)
-	}
-	return m
 }
 
 func readBody(t *testing.T, resp *http.Response) string {

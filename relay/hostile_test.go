@@ -16,6 +16,7 @@ import (
 	"github.com/mcprelay/mcprelay/backend"
 	"github.com/mcprelay/mcprelay/eventlog"
 	"github.com/mcprelay/mcprelay/internal/hostile"
+	"github.com/mcprelay/mcprelay/internal/mcptest"
 	"github.com/mcprelay/mcprelay/relay"
 	"github.com/mcprelay/mcprelay/resume"
 )
@@ -62,7 +63,7 @@ func TestBackendPOST404OnOneCall(t *testing.T) {
 	if resp.StatusCode == http.StatusNotFound {
 		t.Fatalf("the client was told its session is gone: %s %s", resp.Status, body)
 	}
-	var m rpc
+	var m mcptest.Message
 	if err := json.Unmarshal([]byte(body), &m); err != nil || m.Error == nil || m.Error.Code != resume.CodeRequestLost || string(m.ID) != "5" {
 		t.Fatalf("want a JSON-RPC error %d under id 5, got %s %s", resume.CodeRequestLost, resp.Status, body)
 	}
@@ -108,7 +109,7 @@ func TestIDsMatchByValue(t *testing.T) {
 		if !ended || len(data) != 1 {
 			t.Fatalf("id %s: ended=%v, %d events, want the response alone: %+v", id, ended, len(data), evs)
 		}
-		if m := decode(t, data[0].Data); m.Result == nil || m.Error != nil {
+		if m := mcptest.Decode(t, data[0].Data); m.Result == nil || m.Error != nil {
 			t.Errorf("id %s: %s, want the result", id, data[0].Data)
 		}
 		if n := e.relay.Counts()["lost"]; n != 0 {
@@ -147,7 +148,7 @@ func TestBackendHangs(t *testing.T) {
 	start := time.Now()
 	resp := s.post(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"count","arguments":{"n":1}}}`)
 	body := readBody(t, resp)
-	var m rpc
+	var m mcptest.Message
 	if resp.StatusCode != http.StatusGatewayTimeout || json.Unmarshal([]byte(body), &m) != nil || m.Error == nil || m.Error.Code != resume.CodeRequestLost || string(m.ID) != "3" {
 		t.Fatalf("got %s %s, want 504 with a -32001 error under id 3", resp.Status, body)
 	}
@@ -177,7 +178,7 @@ func TestBackendOversizeJSON(t *testing.T) {
 			t.Fatalf("a part of the oversized answer was relayed: %.100s", ev.Data)
 		}
 	}
-	if m := decode(t, data[len(data)-1].Data); m.Error == nil || m.Error.Code != resume.CodeRequestLost {
+	if m := mcptest.Decode(t, data[len(data)-1].Data); m.Error == nil || m.Error.Code != resume.CodeRequestLost {
 		t.Fatalf("last event %.200s, want a -32001 error", data[len(data)-1].Data)
 	}
 }
@@ -279,7 +280,7 @@ func TestStoreOutageLosesNothing(t *testing.T) {
 	if len(p) != 20 {
 		t.Fatalf("%d progress notifications, want 20", len(p))
 	}
-	last := decode(t, dataEvents(rest)[len(dataEvents(rest))-1].Data)
+	last := mcptest.Decode(t, dataEvents(rest)[len(dataEvents(rest))-1].Data)
 	if last.Result == nil {
 		t.Fatalf("the call ended without its result: %+v", last)
 	}
@@ -341,7 +342,7 @@ func TestStoreReadFailureAsksToRetry(t *testing.T) {
 	// The client comes back and gets the rest, then the response.
 	resp = s.get(lastID(append(first, rest...)))
 	evs, ended := events(t, resp, 0, 10*time.Second)
-	if d := dataEvents(evs); !ended || len(d) == 0 || decode(t, d[len(d)-1].Data).Result == nil {
+	if d := dataEvents(evs); !ended || len(d) == 0 || mcptest.Decode(t, d[len(d)-1].Data).Result == nil {
 		t.Fatalf("after the retry: ended=%v %+v", ended, evs)
 	}
 }

@@ -2,12 +2,14 @@ package relay_test
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mcprelay/mcprelay/internal/mcptest"
 	"github.com/mcprelay/mcprelay/relay"
 )
 
@@ -114,7 +116,7 @@ func TestStandaloneStream(t *testing.T) {
 		t.Fatalf("GET: %s", resp.Status)
 	}
 	evs, _ := events(t, resp, 1, 5*time.Second)
-	if d := dataEvents(evs); len(d) != 1 || decode(t, d[0].Data).Method != "notifications/tools/list_changed" {
+	if d := dataEvents(evs); len(d) != 1 || mcptest.Decode(t, d[0].Data).Method != "notifications/tools/list_changed" {
 		t.Fatalf("waiting message not delivered: %+v", evs)
 	}
 	resp.Body.Close()
@@ -131,52 +133,64 @@ func TestStandaloneStream(t *testing.T) {
 	}()
 	time.Sleep(50 * time.Millisecond)
 	call()
-	if data := <-done; data == nil || decode(t, data).Method != "notifications/tools/list_changed" {
+	if data := <-done; data == nil || mcptest.Decode(t, data).Method != "notifications/tools/list_changed" {
 		t.Fatalf("live message not delivered: %s", data)
 	}
 }
 
 // TestStatelessEraCancelsOnDisconnect: a 2026-07-28 request passes through
-// without a session, and closing its response cancels it upstream.
+// without a session (its answer carries no Mcp-Session-Id), and closing its
+// response cancels it upstream.
 func TestStatelessEraCancelsOnDisconnect(t *testing.T) {
 	e := newEnv(t, relay.Options{})
-	select {
-	case <-blockCancelled:
-	default:
+	for _, ch := range []chan struct{}{blockStarted, blockCancelled} {
+		select {
+		case <-ch:
+		default:
+		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, "POST", e.url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"x","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}`))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
-	req.Header.Set("Mcp-Method", "tools/call")
-	req.Header.Set("Mcp-Name", "block")
+	stateless := func(ctx context.Context, name, args string) (*http.Response, error) {
+		body := fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":%q,"arguments":%s,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"x","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}`, name, args)
+		req, err := mcptest.NewRequest(ctx, "POST", e.url, map[string]string{"Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": name}, body)
+		if err != nil {
+			return nil, err
+		}
+		return http.DefaultClient.Do(req)
+	}
+	resp, err := stateless(t.Context(), "count", `{"n":1}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := readBody(t, resp)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, "counted 1") {
+		t.Fatalf("stateless tools/call: %s %s", resp.Status, body)
+	}
+	if sid := resp.Header.Get("Mcp-Session-Id"); sid != "" {
+		t.Errorf("stateless answer carries a session ID %q", sid)
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
 	errc := make(chan error, 1)
 	go func() {
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := stateless(ctx, "block", "{}")
 		if err == nil {
-			if resp.Header.Get("Mcp-Session-Id") != "" {
-				err = errFromString("stateless answer carries a session ID")
-			}
 			resp.Body.Close()
 		}
 		errc <- err
 	}()
-	time.Sleep(200 * time.Millisecond)
+	select {
+	case <-blockStarted:
+	case err := <-errc:
+		t.Fatalf("the blocking call ended before it started upstream: %v", err)
+	}
 	cancel()
 	select {
 	case <-blockCancelled:
 	case <-time.After(10 * time.Second):
 		t.Fatal("closing the response did not cancel the upstream request")
 	}
-	if err := <-errc; err != nil && ctx.Err() == nil {
-		t.Fatal(err)
-	}
+	<-errc
 }
-
-type errFromString string
-
-func (e errFromString) Error() string { return string(e) }
 
 func TestIdleSessionExpires(t *testing.T) {
 	e := newEnv(t, relay.Options{SessionIdleTimeout: 100 * time.Millisecond})

@@ -59,7 +59,7 @@ func TestUpstreamHeaders(t *testing.T) {
 			}
 			rs := serveRestartable(t, start)
 			t.Cleanup(be.Stop)
-			e := &env{t: t, url: rs.url}
+			e := &env{t: t, client: http.DefaultClient, url: rs.url}
 
 			check := func(when, client string, reqs []mcptest.Recorded) {
 				t.Helper()

@@ -6,12 +6,15 @@ import (
 	"net/http"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/mcprelay/mcprelay/internal/mcptest"
 
 	"github.com/mcprelay/mcprelay/backend"
+	"github.com/mcprelay/mcprelay/eventlog"
 	"github.com/mcprelay/mcprelay/relay"
+	"github.com/mcprelay/mcprelay/resume"
 	"github.com/mcprelay/mcprelay/sse"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -44,7 +47,7 @@ func TestBackendPollingIsCarriedToTheClient(t *testing.T) {
 		}
 	}
 	for _, ev := range dataEvents(first) {
-		if decode(t, ev.Data).Result != nil {
+		if mcptest.Decode(t, ev.Data).Result != nil {
 			t.Fatal("the result came before the close")
 		}
 	}
@@ -57,60 +60,100 @@ func TestBackendPollingIsCarriedToTheClient(t *testing.T) {
 	if len(data) == 0 {
 		t.Fatalf("resume delivered nothing: %+v", rest)
 	}
-	if m := decode(t, data[len(data)-1].Data); m.Result == nil || m.Result.Content[0].Text != "polled" {
+	if m := mcptest.Decode(t, data[len(data)-1].Data); m.Result == nil || m.Result.Content[0].Text != "polled" {
 		t.Fatalf("resume did not deliver the result: %s", data[len(data)-1].Data)
 	}
 }
 
 // TestRelayPollInterval: with PollInterval set, the relay itself closes
-// the POST stream of a 2025-11-25 client's long call with retry, once; the
-// GET that resumes it is not closed for polling and delivers the rest and
-// the result. Regression: the resumed GET was closed again after each
-// interval, and a client that resumes a stream once (the conformance
-// suite's server-sse-polling) never got the result.
+// the POST stream of a 2025-11-25 client's long call with retry, once,
+// exactly PollInterval after it opened; the GET that resumes it is not
+// closed for polling and delivers the rest and the result, without loss.
+// Regression: the resumed GET was closed again after each interval, and a
+// client that resumes a stream once (the conformance suite's
+// server-sse-polling) never got the result. In a synctest bubble, so
+// timing is exact: 20 events 20 ms apart answer at 400 ms.
 func TestRelayPollInterval(t *testing.T) {
-	e := newEnv(t, relay.Options{PollInterval: 100 * time.Millisecond})
-	s := e.initialize("2025-11-25", "")
-	// 20 events 20 ms apart take at least 400 ms: the POST is closed at
-	// 100 ms whatever the machine's speed.
-	_, resp := s.call(20, 20, true)
-	first, ended := events(t, resp, 0, 5*time.Second)
-	if !ended {
-		t.Fatal("the POST stream neither ended nor was closed for polling")
-	}
-	if len(first) == 0 || first[0].ID == "" || len(first[0].Data) != 0 {
-		t.Fatalf("the POST stream did not start with a priming event: %+v", first)
-	}
-	if last := first[len(first)-1]; last.Retry != 100*time.Millisecond || last.ID == "" {
-		t.Fatalf("the POST stream did not end with retry and an id: %+v", last)
-	}
-	for _, ev := range dataEvents(first) {
-		if decode(t, ev.Data).Result != nil {
-			t.Fatal("the result came before the poll interval")
+	synctest.Test(t, func(t *testing.T) {
+		const poll = 33 * time.Millisecond
+		e := newBubbleEnv(t, relay.Options{PollInterval: poll})
+		s := e.initialize("2025-11-25", "")
+		start := time.Now()
+		_, resp := s.call(20, 20, true)
+		first, ended := events(t, resp, 0, time.Hour)
+		if !ended {
+			t.Fatal("the POST stream neither ended nor was closed for polling")
 		}
-	}
-	rest, ended := events(t, s.get(lastID(first)), 0, 10*time.Second)
-	if !ended {
-		t.Fatal("the resumed stream did not end")
-	}
-	for _, ev := range rest {
-		if ev.Retry > 0 {
-			t.Fatalf("the resumed request stream was closed for polling again: %+v", rest)
+		if got := time.Since(start); got != poll {
+			t.Fatalf("the POST stream closed %v after it opened, want the poll interval %v", got, poll)
 		}
-	}
-	data := dataEvents(rest)
-	if len(data) == 0 || decode(t, data[len(data)-1].Data).Result == nil {
-		t.Fatalf("the resumed stream did not end with the result: %+v", rest)
-	}
-	all := append(progressOf(t, first), progressOf(t, rest)...)
-	if len(all) != 20 {
-		t.Fatalf("progress across the poll: %v", all)
-	}
-	for i, p := range all {
-		if p != float64(i+1) {
-			t.Fatalf("progress out of order or repeated: %v", all)
+		if len(first) == 0 || first[0].ID == "" || len(first[0].Data) != 0 {
+			t.Fatalf("the POST stream did not start with a priming event: %+v", first)
 		}
-	}
+		if last := first[len(first)-1]; last.Retry != poll || last.ID == "" {
+			t.Fatalf("the POST stream did not end with retry %v and an id: %+v", poll, last)
+		}
+		rest, ended := events(t, s.get(lastID(first)), 0, time.Hour)
+		if !ended {
+			t.Fatal("the resumed stream did not end")
+		}
+		for _, ev := range rest {
+			if ev.Retry > 0 {
+				t.Fatalf("the resumed request stream was closed for polling again: %+v", rest)
+			}
+		}
+		data := dataEvents(rest)
+		if len(data) == 0 || mcptest.Decode(t, data[len(data)-1].Data).Result == nil {
+			t.Fatalf("the resumed stream did not end with the result: %+v", rest)
+		}
+		if got := time.Since(start); got != 400*time.Millisecond {
+			t.Errorf("the result came after %v, want 400ms", got)
+		}
+		all := append(progressOf(t, first), progressOf(t, rest)...)
+		if len(all) != 20 {
+			t.Fatalf("progress across the poll: %v", all)
+		}
+		for i, p := range all {
+			if p != float64(i+1) {
+				t.Fatalf("progress out of order or repeated: %v", all)
+			}
+		}
+	})
+}
+
+// TestTerminalGrace: a finished request stream can be resumed (replayed to
+// its end) until TerminalGrace has passed since its terminal event, and not
+// a nanosecond longer: then the session no longer knows the stream (row 5,
+// a reset unknown_stream, then the end).
+func TestTerminalGrace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const grace = time.Minute
+		st := eventlog.NewMemory(eventlog.Retention{TerminalGrace: grace})
+		t.Cleanup(func() { st.Close() })
+		e := newBubbleEnv(t, relay.Options{Store: st})
+		s := e.initialize("2025-11-25", "")
+		_, resp := s.call(3, 0, true)
+		evs, ended := events(t, resp, 0, time.Hour)
+		data := dataEvents(evs)
+		if !ended || len(data) != 4 {
+			t.Fatalf("the call's stream: ended %v, %d data events, want 4", ended, len(data))
+		}
+		time.Sleep(grace - time.Nanosecond)
+		replay, ended := events(t, s.get(data[0].ID), 0, time.Hour)
+		if !ended || len(resets(t, replay)) != 0 || len(dataEvents(replay)) != 3 {
+			t.Fatalf("resume just inside the grace: ended %v, resets %v, %d data events; want the 3 events after the cursor", ended, resets(t, replay), len(dataEvents(replay)))
+		}
+		for i, ev := range dataEvents(replay) {
+			if ev.ID != data[i+1].ID || string(ev.Data) != string(data[i+1].Data) {
+				t.Fatalf("replayed event %d: %s %s, want %s %s", i, ev.ID, ev.Data, data[i+1].ID, data[i+1].Data)
+			}
+		}
+		time.Sleep(time.Nanosecond)
+		after, ended := events(t, s.get(data[0].ID), 0, time.Hour)
+		if got := resets(t, after); !ended || len(dataEvents(after)) != 1 || len(got) != 1 || got[0] != resume.ReasonUnknownStream {
+			t.Fatalf("resume when the grace ends: ended %v, resets %v, %d data events; want one unknown_stream reset, then the end", ended, got, len(dataEvents(after)))
+		}
+	})
 }
 
 // TestRelayPollIntervalStandalone: the GET that opens the standalone
@@ -194,14 +237,14 @@ func TestBackendResumeRetried(t *testing.T) {
 	s := e.initialize("2025-11-25", "")
 	resp := s.post(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"poll","arguments":{}}}`)
 	evs, ended := events(t, resp, 0, 10*time.Second)
-	for try := 0; !ended || len(dataEvents(evs)) == 0 || decode(t, dataEvents(evs)[len(dataEvents(evs))-1].Data).ID == nil; try++ {
+	for try := 0; !ended || len(dataEvents(evs)) == 0 || mcptest.Decode(t, dataEvents(evs)[len(dataEvents(evs))-1].Data).ID == nil; try++ {
 		if try == 20 {
 			t.Fatalf("no answer: %+v", evs)
 		}
 		resp = s.get(lastID(evs))
 		evs, ended = events(t, resp, 0, 10*time.Second)
 	}
-	last := decode(t, dataEvents(evs)[len(dataEvents(evs))-1].Data)
+	last := mcptest.Decode(t, dataEvents(evs)[len(dataEvents(evs))-1].Data)
 	if last.Result == nil || last.Result.Content[0].Text != "polled" {
 		t.Fatalf("want the result after a failed backend resume, got %s", dataEvents(evs)[len(dataEvents(evs))-1].Data)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcprelay/mcprelay/internal/mcptest"
 	"github.com/mcprelay/mcprelay/relay"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -27,12 +28,12 @@ func TestRawCallStreamsProgressThenResult(t *testing.T) {
 		t.Fatalf("got %d data events, want 5 progress + 1 result: %+v", len(data), evs)
 	}
 	for i, ev := range data[:5] {
-		m := decode(t, ev.Data)
+		m := mcptest.Decode(t, ev.Data)
 		if m.Method != "notifications/progress" || m.Params.Progress != float64(i+1) {
 			t.Fatalf("event %d: %s", i, ev.Data)
 		}
 	}
-	m := decode(t, data[5].Data)
+	m := mcptest.Decode(t, data[5].Data)
 	if string(m.ID) != fmt.Sprint(id) || m.Result == nil || m.Result.Content[0].Text != "counted 5" {
 		t.Fatalf("result: %s", data[5].Data)
 	}

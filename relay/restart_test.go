@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcprelay/mcprelay/internal/mcptest"
 	"github.com/mcprelay/mcprelay/relay"
 	"github.com/mcprelay/mcprelay/resume"
 	"github.com/mcprelay/mcprelay/sse"
@@ -45,7 +46,7 @@ func TestBackendRestartMidStream(t *testing.T) {
 	if r := resets(t, rest); len(r) != 1 || r[0] != resume.ReasonBackendLost {
 		t.Fatalf("resets %v, want [backend_lost]", r)
 	}
-	last := decode(t, dataEvents(rest)[len(dataEvents(rest))-1].Data)
+	last := mcptest.Decode(t, dataEvents(rest)[len(dataEvents(rest))-1].Data)
 	if last.Error == nil || last.Error.Code != resume.CodeRequestLost || string(last.ID) != fmt.Sprint(id) {
 		t.Fatalf("want a request-lost error for id %d, got %s", id, dataEvents(rest)[len(dataEvents(rest))-1].Data)
 	}
@@ -69,10 +70,14 @@ func TestBackendRestartMidStream(t *testing.T) {
 	if !ended {
 		t.Fatal("old-generation resume did not end")
 	}
-	r := resets(t, old)
-	if len(r) == 0 || r[len(r)-1] != resume.ReasonGenerationChanged {
-		t.Fatalf("old-generation resume resets %v, want ... generation_changed", r)
+	// Exactly what the client had after its cursor (the second progress
+	// notification on, the backend_lost reset, the lost error), then the
+	// generation_changed reset.
+	d := dataEvents(old)
+	if len(d) == 0 || d[len(d)-1].Type != resume.EventReset || resets(t, d[len(d)-1:])[0] != resume.ReasonGenerationChanged {
+		t.Fatalf("old-generation resume does not end with a generation_changed reset: %+v", old)
 	}
+	checkReplay(t, "old-generation resume", d[:len(d)-1], append(dataEvents(first)[1:], rest...))
 	if n := e.relay.Counts()["reincarnation"]; n != 1 {
 		t.Fatalf("reincarnations %d, want 1", n)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/mcprelay/mcprelay/internal/mcptest"
 	"github.com/mcprelay/mcprelay/relay"
 	"github.com/mcprelay/mcprelay/resume"
+	"github.com/mcprelay/mcprelay/sse"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -40,7 +41,7 @@ func TestRelayRestartWithDurableStore(t *testing.T) {
 	}
 	rr := serveRestartable(t, start)
 	t.Cleanup(be.Stop)
-	e := &env{t: t, url: rr.url, backend: be}
+	e := &env{t: t, client: http.DefaultClient, url: rr.url, backend: be}
 	c := codec(t)
 
 	s := e.initialize("2025-11-25", "Bearer alice")
@@ -68,21 +69,33 @@ func TestRelayRestartWithDurableStore(t *testing.T) {
 	if !ended {
 		t.Fatal("resume of the interrupted call hung")
 	}
-	rs := resets(t, got)
-	if len(rs) < 2 || rs[0] != resume.ReasonBackendLost || rs[len(rs)-1] != resume.ReasonGenerationChanged {
-		t.Fatalf("resets %v, want backend_lost ... generation_changed", rs)
+	// Exactly what the log holds after the cursor (the old relay logged
+	// on after the client's last read; the new one sealed the stream with
+	// the backend_lost reset and the lost error), then the
+	// generation_changed reset.
+	cur, err := c.Parse(lastID(first))
+	if err != nil {
+		t.Fatal(err)
 	}
-	var lost *rpc
-	for _, ev := range dataEvents(got) {
-		if ev.Type == "" {
-			m := decode(t, ev.Data)
-			if m.Error != nil {
-				lost = &m
-			}
-		}
+	_, logged, err := store.Read(context.Background(), cur.Stream.String(), cur.Seq, 100000, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if lost == nil || lost.Error.Code != resume.CodeRequestLost || string(lost.ID) != fmt.Sprint(id) {
-		t.Fatalf("no request-lost error for id %d in %+v", id, got)
+	var want []sse.Event
+	for _, ev := range logged {
+		want = append(want, sse.Event{ID: c.ID(resume.Cursor{Stream: cur.Stream, Generation: cur.Generation, Seq: ev.Seq}), Type: ev.Type, Data: ev.Data})
+	}
+	d := dataEvents(got)
+	if rs := resets(t, d); len(rs) != 2 || rs[0] != resume.ReasonBackendLost || rs[1] != resume.ReasonGenerationChanged {
+		t.Fatalf("resets %v, want [backend_lost generation_changed]", rs)
+	}
+	if d[len(d)-1].Type != resume.EventReset {
+		t.Fatalf("the resume does not end with the generation_changed reset: %+v", d[len(d)-1])
+	}
+	checkReplay(t, "resume after restart", d[:len(d)-1], want)
+	lost := mcptest.Decode(t, d[len(d)-2].Data)
+	if lost.Error == nil || lost.Error.Code != resume.CodeRequestLost || string(lost.ID) != fmt.Sprint(id) {
+		t.Fatalf("the replay before the generation_changed reset ends with %s, want the request-lost error for id %d", d[len(d)-2].Data, id)
 	}
 
 	// The session goes on, under incarnation 2, with its log level.
@@ -93,7 +106,7 @@ func TestRelayRestartWithDurableStore(t *testing.T) {
 	}
 	logs := 0
 	for _, ev := range dataEvents(evs) {
-		if decode(t, ev.Data).Method == "notifications/message" {
+		if mcptest.Decode(t, ev.Data).Method == "notifications/message" {
 			logs++
 		}
 	}
@@ -137,7 +150,7 @@ func TestRestoreWhileBackendDown(t *testing.T) {
 	current.Store(start())
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { current.Load().ServeHTTP(w, r) }))
 	t.Cleanup(func() { current.Load().Close(); srv.CloseClientConnections(); srv.Close() })
-	e := &env{t: t, url: srv.URL}
+	e := &env{t: t, client: http.DefaultClient, url: srv.URL}
 
 	s := e.initialize("2025-11-25", "")
 	evs := completedCall(t, s, 2)
@@ -156,9 +169,17 @@ func TestRestoreWhileBackendDown(t *testing.T) {
 		t.Fatalf("after the backend is back: %s, want 200", r.Status)
 	}
 	got, ended := events(t, r, 0, 5*time.Second)
-	if !ended || len(dataEvents(got)) == 0 {
-		t.Fatalf("replay after restore: ended=%v %+v", ended, got)
+	if !ended {
+		t.Fatalf("replay after restore did not end: %+v", got)
 	}
+	// The call's events after the cursor, exactly (progress 2, the
+	// result), then a generation_changed reset: the stream is of the
+	// incarnation before the restore.
+	d := dataEvents(got)
+	if rs := resets(t, d); len(rs) != 1 || rs[0] != resume.ReasonGenerationChanged || d[len(d)-1].Type != resume.EventReset {
+		t.Fatalf("replay after restore: resets %v, want the events, then one generation_changed reset", rs)
+	}
+	checkReplay(t, "replay after restore", d[:len(d)-1], dataEvents(evs)[1:])
 }
 
 // TestStoredSessionExpires: a session idle past the timeout while no
@@ -182,7 +203,7 @@ func TestStoredSessionExpires(t *testing.T) {
 	start()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { current.Load().ServeHTTP(w, r) }))
 	t.Cleanup(func() { current.Load().Close(); srv.CloseClientConnections(); srv.Close() })
-	e := &env{t: t, url: srv.URL, backend: be}
+	e := &env{t: t, client: http.DefaultClient, url: srv.URL, backend: be}
 	idle := e.initialize("2025-11-25", "")
 	recent := e.initialize("2025-11-25", "")
 	age := func(id string, d time.Duration) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mcprelay/mcprelay/eventlog"
+	"github.com/mcprelay/mcprelay/internal/mcptest"
 	"github.com/mcprelay/mcprelay/relay"
 	"github.com/mcprelay/mcprelay/resume"
 	"github.com/mcprelay/mcprelay/sse"
@@ -37,13 +38,31 @@ func completedCall(t *testing.T, s *rawSession, n int) []sse.Event {
 	return evs
 }
 
+// checkReplay fails the test unless got are exactly the events of want that
+// carry data (ID, type and data alike, in order): a faithful replay.
+func checkReplay(t *testing.T, what string, got, want []sse.Event) {
+	t.Helper()
+	want = dataEvents(want)
+	got = dataEvents(got)
+	for i := range max(len(got), len(want)) {
+		switch {
+		case i >= len(got):
+			t.Fatalf("%s: %d events, want %d; missing %s %s %s", what, len(got), len(want), want[i].ID, want[i].Type, want[i].Data)
+		case i >= len(want):
+			t.Fatalf("%s: %d events, want %d; extra %s %s %s", what, len(got), len(want), got[i].ID, got[i].Type, got[i].Data)
+		case got[i].ID != want[i].ID || got[i].Type != want[i].Type || string(got[i].Data) != string(want[i].Data):
+			t.Fatalf("%s: event %d is %s %s %s, want %s %s %s", what, i, got[i].ID, got[i].Type, got[i].Data, want[i].ID, want[i].Type, want[i].Data)
+		}
+	}
+}
+
 func progressOf(t *testing.T, evs []sse.Event) []float64 {
 	var out []float64
 	for _, ev := range dataEvents(evs) {
 		if ev.Type != "" {
 			continue
 		}
-		if m := decode(t, ev.Data); m.Method == "notifications/progress" {
+		if m := mcptest.Decode(t, ev.Data); m.Method == "notifications/progress" {
 			out = append(out, m.Params.Progress)
 		}
 	}
@@ -167,7 +186,7 @@ func TestResumeTable(t *testing.T) {
 		if p := progressOf(t, got); fmt.Sprint(p) != "[3 4 5]" {
 			t.Fatalf("replayed progress %v, want [3 4 5]", p)
 		}
-		last := decode(t, dataEvents(got)[len(dataEvents(got))-1].Data)
+		last := mcptest.Decode(t, dataEvents(got)[len(dataEvents(got))-1].Data)
 		if last.Result == nil {
 			t.Fatal("replay did not end with the response")
 		}
@@ -243,7 +262,7 @@ func TestEvictionGivesGapReset(t *testing.T) {
 	if len(p) > 0 && p[0] <= 3 {
 		t.Fatalf("retained events start at %v: nothing should have been evicted?", p)
 	}
-	if m := decode(t, dataEvents(got)[len(dataEvents(got))-1].Data); m.Result == nil {
+	if m := mcptest.Decode(t, dataEvents(got)[len(dataEvents(got))-1].Data); m.Result == nil {
 		t.Fatal("the response did not survive eviction")
 	}
 }

@@ -9,64 +9,35 @@ import (
 	"time"
 
 	"github.com/mcprelay/mcprelay/eventlog"
+	"github.com/mcprelay/mcprelay/eventlog/storetest"
 )
 
 var payload150 = bytes.Repeat([]byte("e"), 150)
 
-// BenchmarkAppend measures one-event appends of 150 bytes from concurrent
-// writers, each on its own session, under each sync policy. events/fsync
-// counts WAL fsyncs (under SyncInterval, the periodic ones).
+// BenchmarkAppend runs the append benchmark every store runs
+// (storetest.BenchmarkAppend) under each sync policy, and reports
+// events/fsync: WAL fsyncs during the timed appends (under SyncInterval,
+// the periodic ones).
 func BenchmarkAppend(b *testing.B) {
 	for _, p := range []SyncPolicy{SyncAlways, SyncInterval, SyncNone} {
-		for _, writers := range []int{1, 32, 256} {
-			b.Run(fmt.Sprintf("sync=%s/writers=%d", p, writers), func(b *testing.B) {
-				benchAppend(b, p, writers)
-			})
-		}
-	}
-}
-
-func benchAppend(b *testing.B, p SyncPolicy, writers int) {
-	ctx := b.Context()
-	fs := newSyncCountingFS()
-	st, err := open(filepath.Join(b.TempDir(), "log"), Options{Sync: p}, time.Now, fs)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
-	for i := range writers {
-		id := fmt.Sprint("s", i)
-		if err := st.CreateSession(ctx, &eventlog.Session{ID: id, Incarnation: 1}); err != nil {
-			b.Fatal(err)
-		}
-		if err := st.CreateStream(ctx, &eventlog.Stream{Key: id, Session: id, Generation: 1}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	syncs := fs.syncs.Load()
-	start := time.Now()
-	var wg sync.WaitGroup
-	for i := range writers {
-		n := b.N / writers
-		if i < b.N%writers {
-			n++
-		}
-		key := fmt.Sprint("s", i)
-		wg.Go(func() {
-			for range n {
-				if _, err := st.Append(ctx, key, false, eventlog.Event{Data: payload150}); err != nil {
-					b.Error(err)
-					return
+		b.Run(fmt.Sprintf("sync=%s", p), func(b *testing.B) {
+			var fs *syncCountingFS // of the store open returned last
+			storetest.BenchmarkAppend(b, func(b *testing.B) eventlog.Store {
+				fs = newSyncCountingFS()
+				st, err := open(filepath.Join(b.TempDir(), "log"), Options{Sync: p}, time.Now, fs)
+				if err != nil {
+					b.Fatal(err)
 				}
-			}
+				return st
+			}, func(b *testing.B) func(int) {
+				syncs := fs.syncs.Load()
+				return func(events int) {
+					if n := fs.syncs.Load() - syncs; n > 0 {
+						b.ReportMetric(float64(events)/float64(n), "events/fsync")
+					}
+				}
+			})
 		})
-	}
-	wg.Wait()
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
-	if n := fs.syncs.Load() - syncs; n > 0 {
-		b.ReportMetric(float64(b.N)/float64(n), "events/fsync")
 	}
 }
 

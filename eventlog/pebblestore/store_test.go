@@ -23,13 +23,13 @@ import (
 func TestConformance(t *testing.T) {
 	for _, p := range []pebblestore.SyncPolicy{pebblestore.SyncAlways, pebblestore.SyncInterval, pebblestore.SyncNone} {
 		t.Run(p.String(), func(t *testing.T) {
-			storetest.Run(t, func(t *testing.T, r eventlog.Retention) eventlog.Store {
+			storetest.RunWith(t, func(t *testing.T, r eventlog.Retention) eventlog.Store {
 				st, err := pebblestore.Open(filepath.Join(t.TempDir(), "log"), pebblestore.Options{Retention: r, Sync: p})
 				if err != nil {
 					t.Fatalf("Open: %v", err)
 				}
 				return st
-			})
+			}, storetest.Options{Synctest: true})
 		})
 	}
 }

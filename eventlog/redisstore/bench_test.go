@@ -2,7 +2,6 @@ package redisstore_test
 
 import (
 	"bytes"
-	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/mcprelay/mcprelay/eventlog"
 	"github.com/mcprelay/mcprelay/eventlog/redisstore"
 	"github.com/mcprelay/mcprelay/eventlog/redisstore/redistest"
+	"github.com/mcprelay/mcprelay/eventlog/storetest"
 )
 
 var payload150 = bytes.Repeat([]byte("e"), 150)
@@ -29,25 +29,17 @@ func benchStore(b *testing.B) (*redistest.Server, *redisstore.Store, string) {
 	return srv, st, prefix
 }
 
-// BenchmarkAppend appends batches of 150-byte events to one stream from
-// one goroutine, with the default retention (so, once 10,000 events are
-// kept, each append also evicts as many).
+// BenchmarkAppend runs the append benchmark every store runs
+// (storetest.BenchmarkAppend), each sub-benchmark on a fresh server.
 func BenchmarkAppend(b *testing.B) {
-	for _, n := range []int{1, 32} {
-		b.Run(fmt.Sprintf("batch=%d", n), func(b *testing.B) {
-			_, st, _ := benchStore(b)
-			evs := make([]eventlog.Event, n)
-			b.ReportAllocs()
-			for b.Loop() {
-				for i := range evs {
-					evs[i] = eventlog.Event{Data: payload150}
-				}
-				if _, err := st.Append(b.Context(), "k", false, evs...); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
+	storetest.BenchmarkAppend(b, func(b *testing.B) eventlog.Store {
+		srv := redistest.Start(b)
+		st, err := redisstore.Open(b.Context(), redisstore.Options{URL: srv.URL(), Prefix: freshPrefix()})
+		if err != nil {
+			b.Fatalf("Open: %v", err)
+		}
+		return st
+	}, nil)
 }
 
 // BenchmarkRead reads 256 events after a cursor in a 1,000-event stream.

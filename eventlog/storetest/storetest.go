@@ -12,7 +12,8 @@
 //
 // Run closes every store it opens when the subtest that opened it ends. Run
 // the suite under -race: several subtests exercise concurrent appenders and
-// readers.
+// readers. A store that keeps time with the time package alone runs the
+// suite with RunWith and Options.Synctest, which times TerminalGrace exactly.
 package storetest
 
 import (
@@ -25,6 +26,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/mcprelay/mcprelay/eventlog"
@@ -38,7 +40,25 @@ type openFunc = func(t *testing.T, r eventlog.Retention) eventlog.Store
 // use t.Run with descriptive names.
 func Run(t *testing.T, open func(t *testing.T, r eventlog.Retention) eventlog.Store) {
 	t.Helper()
-	s := suite{open: open}
+	RunWith(t, open, Options{})
+}
+
+// Options says how RunWith may drive a store.
+type Options struct {
+	// Synctest: the store reads the time from the time package only (no
+	// server's clock) and leaves no goroutine running after Close, so the
+	// subtests about TerminalGrace open it inside a testing/synctest
+	// bubble and check the boundary to the nanosecond: a terminal stream
+	// is kept at grace minus 1 ns and gone at grace. Otherwise they wait
+	// on the real clock until a 1 ms grace has certainly passed and check
+	// only that the stream is gone.
+	Synctest bool
+}
+
+// RunWith is Run with options.
+func RunWith(t *testing.T, open func(t *testing.T, r eventlog.Retention) eventlog.Store, opts Options) {
+	t.Helper()
+	s := suite{open: open, opts: opts}
 	t.Run("Sessions", func(t *testing.T) {
 		t.Run("RoundTrip", s.sessionRoundTrip)
 		t.Run("Errors", s.sessionErrors)
@@ -84,6 +104,34 @@ func Run(t *testing.T, open func(t *testing.T, r eventlog.Retention) eventlog.St
 
 type suite struct {
 	open openFunc
+	opts Options
+}
+
+// realGrace is the TerminalGrace of the grace subtests on the real clock.
+const realGrace = time.Millisecond
+
+// withGrace runs body on a store opened with r and a TerminalGrace of its
+// choosing. body calls pass once its terminal stream key is written: pass
+// lets the grace go by, and in a bubble first checks that key is still
+// readable 1 ns before the grace ends.
+func (s suite) withGrace(t *testing.T, r eventlog.Retention, body func(t *testing.T, st eventlog.Store, pass func(key string))) {
+	if !s.opts.Synctest {
+		r.TerminalGrace = realGrace
+		body(t, s.store(t, r), func(string) { time.Sleep(10 * realGrace) })
+		return
+	}
+	synctest.Test(t, func(t *testing.T) {
+		const grace = time.Minute
+		r.TerminalGrace = grace
+		st := s.store(t, r)
+		body(t, st, func(key string) {
+			time.Sleep(grace - time.Nanosecond)
+			if _, _, err := st.Read(t.Context(), key, 0, 1, nil); err != nil {
+				t.Errorf("Read of terminal stream %q 1ns before its grace ends: %v", key, err)
+			}
+			time.Sleep(time.Nanosecond)
+		})
+	})
 }
 
 // store opens a store and closes it when t ends.
@@ -785,10 +833,13 @@ func (s suite) terminalKept(t *testing.T) {
 	checkEvents(t, "k", evs, 1, 1)
 }
 
-// terminalDropped checks only the robust direction: well after a 1ms grace a
-// terminal stream is gone, an open stream is not.
+// terminalDropped: once its grace has passed a terminal stream is gone, an
+// open stream is not (exactly at the grace in a bubble; see Options).
 func (s suite) terminalDropped(t *testing.T) {
-	st := s.store(t, eventlog.Retention{MaxEvents: 1000, MaxBytes: 1 << 20, TerminalGrace: time.Millisecond})
+	s.withGrace(t, eventlog.Retention{MaxEvents: 1000, MaxBytes: 1 << 20}, s.terminalDroppedOn)
+}
+
+func (s suite) terminalDroppedOn(t *testing.T, st eventlog.Store, pass func(key string)) {
 	mustSession(t, st, "s1")
 	mustStream(t, st, "s1", "done")
 	mustStream(t, st, "s1", "open")
@@ -796,7 +847,7 @@ func (s suite) terminalDropped(t *testing.T) {
 	if _, err := st.Append(t.Context(), "done", true, eventlog.Event{Data: payload("done", 1, 0)}); err != nil {
 		t.Fatalf("Append: %v", err)
 	}
-	time.Sleep(50 * time.Millisecond)
+	pass("done")
 	if _, _, err := st.Read(t.Context(), "done", 0, 10, nil); !errors.Is(err, eventlog.ErrNotFound) {
 		t.Errorf("Read of terminal stream after grace: %v, want ErrNotFound", err)
 	}
@@ -821,7 +872,10 @@ func (s suite) terminalDropped(t *testing.T) {
 // terminalFreesBudget checks that a dropped terminal stream's events no
 // longer count against its session's retention.
 func (s suite) terminalFreesBudget(t *testing.T) {
-	st := s.store(t, eventlog.Retention{MaxEvents: 4, MaxBytes: 1 << 20, TerminalGrace: time.Millisecond})
+	s.withGrace(t, eventlog.Retention{MaxEvents: 4, MaxBytes: 1 << 20}, s.terminalFreesBudgetOn)
+}
+
+func (s suite) terminalFreesBudgetOn(t *testing.T, st eventlog.Store, pass func(key string)) {
 	mustSession(t, st, "s1")
 	mustStream(t, st, "s1", "done")
 	mustStream(t, st, "s1", "open")
@@ -829,7 +883,7 @@ func (s suite) terminalFreesBudget(t *testing.T) {
 	if _, err := st.Append(t.Context(), "done", true, eventlog.Event{Data: payload("done", 4, 0)}); err != nil {
 		t.Fatalf("Append: %v", err)
 	}
-	time.Sleep(50 * time.Millisecond)
+	pass("done")
 	if _, _, err := st.Read(t.Context(), "done", 0, 10, nil); !errors.Is(err, eventlog.ErrNotFound) {
 		t.Fatalf("Read of terminal stream after grace: %v, want ErrNotFound", err)
 	}

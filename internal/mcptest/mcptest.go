@@ -1,6 +1,7 @@
 // Package mcptest provides helpers shared by mcprelay's tests: a backend
 // that can be "restarted" as by a crash, a recorder of the headers a backend
-// receives, and checks of tool results.
+// receives, checks of tool results, and the raw side of the wire: a request
+// built by hand and the JSON-RPC message read back.
 package mcptest
 
 import (
@@ -8,6 +9,7 @@ import (
 	"context"
 	"image/png"
 	"net/http"
+	"reflect"
 	"sync"
 	"testing"
 
@@ -120,4 +122,106 @@ func (hr *HeaderRecorder) Take() []Recorded {
 	out := hr.reqs
 	hr.reqs = nil
 	return out
+}
+
+// Prompt is one prompt of the example server (package exampleserver) and
+// the messages prompts/get returns for it, all with role "user".
+type Prompt struct {
+	Name string
+	Args map[string]string
+	Want []mcp.Content // an *mcp.ImageContent entry only needs to hold a PNG
+}
+
+// ExamplePrompts are the example server's prompts, in name order.
+var ExamplePrompts = []Prompt{
+	{"test_prompt_with_arguments", map[string]string{"arg1": "hello", "arg2": "world"},
+		[]mcp.Content{text("Prompt with arguments: arg1='hello', arg2='world'")}},
+	{"test_prompt_with_embedded_resource", map[string]string{"resourceUri": "test://example-resource"}, []mcp.Content{
+		&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: "test://example-resource", MIMEType: "text/plain", Text: "Embedded resource content for testing."}},
+		text("Please process the embedded resource above."),
+	}},
+	{"test_prompt_with_image", nil, []mcp.Content{&mcp.ImageContent{MIMEType: "image/png"}, text("Please analyze the image above.")}},
+	{"test_simple_prompt", nil, []mcp.Content{text("This is a simple prompt for testing.")}},
+}
+
+func text(s string) mcp.Content { return &mcp.TextContent{Text: s} }
+
+// CheckPrompt fails the test unless res holds p's messages.
+func CheckPrompt(t testing.TB, p Prompt, res *mcp.GetPromptResult) {
+	t.Helper()
+	if len(res.Messages) != len(p.Want) {
+		t.Errorf("%s: %d messages, want %d", p.Name, len(res.Messages), len(p.Want))
+		return
+	}
+	for i, m := range res.Messages {
+		got := m.Content
+		if img, ok := got.(*mcp.ImageContent); ok {
+			CheckPNG(t, img.Data)
+			got = &mcp.ImageContent{MIMEType: img.MIMEType}
+		}
+		if m.Role != "user" || !reflect.DeepEqual(got, p.Want[i]) {
+			t.Errorf("%s message %d = %s %+v, want user %+v", p.Name, i, m.Role, got, p.Want[i])
+		}
+	}
+}
+
+// ExampleContentTools are the example server's tools whose result is fixed
+// content, which CheckExampleResult checks.
+var ExampleContentTools = []string{"test_simple_text", "test_image_content", "test_audio_content",
+	"test_embedded_resource", "test_multiple_content_types", "test_error_handling"}
+
+// CheckExampleResult fails the test unless res is what the example server's
+// tool (one of ExampleContentTools) answers.
+func CheckExampleResult(t testing.TB, tool string, res *mcp.CallToolResult) {
+	t.Helper()
+	checkResource := func(c mcp.Content, want mcp.ResourceContents) {
+		t.Helper()
+		if r, ok := c.(*mcp.EmbeddedResource); !ok || r.Resource == nil || !reflect.DeepEqual(*r.Resource, want) {
+			t.Errorf("%s: content %+v, want resource %+v", tool, c, want)
+		}
+	}
+	switch tool {
+	case "test_simple_text":
+		if got := OnlyText(t, res); got != "This is a simple text response for testing." {
+			t.Errorf("%s: text %q", tool, got)
+		}
+	case "test_image_content":
+		img, ok := res.Content[0].(*mcp.ImageContent)
+		if len(res.Content) != 1 || !ok || img.MIMEType != "image/png" {
+			t.Fatalf("%s: content %+v, want one image/png", tool, res.Content)
+		}
+		CheckPNG(t, img.Data)
+	case "test_audio_content":
+		a, ok := res.Content[0].(*mcp.AudioContent)
+		if len(res.Content) != 1 || !ok || a.MIMEType != "audio/wav" {
+			t.Fatalf("%s: content %+v, want one audio/wav", tool, res.Content)
+		}
+		if len(a.Data) < 44 || string(a.Data[:4]) != "RIFF" || string(a.Data[8:16]) != "WAVEfmt " {
+			t.Errorf("%s: audio data is not a WAV file: % x", tool, a.Data[:min(16, len(a.Data))])
+		}
+	case "test_embedded_resource":
+		if len(res.Content) != 1 {
+			t.Fatalf("%s: content %+v, want one resource", tool, res.Content)
+		}
+		checkResource(res.Content[0], mcp.ResourceContents{URI: "test://embedded-resource", MIMEType: "text/plain", Text: "This is an embedded resource content."})
+	case "test_multiple_content_types":
+		if len(res.Content) != 3 {
+			t.Fatalf("%s: content has %d items, want 3", tool, len(res.Content))
+		}
+		if tc, ok := res.Content[0].(*mcp.TextContent); !ok || tc.Text != "Multiple content types test:" {
+			t.Errorf("%s: item 0 = %+v", tool, res.Content[0])
+		}
+		if img, ok := res.Content[1].(*mcp.ImageContent); !ok || img.MIMEType != "image/png" {
+			t.Errorf("%s: item 1 = %+v", tool, res.Content[1])
+		} else {
+			CheckPNG(t, img.Data)
+		}
+		checkResource(res.Content[2], mcp.ResourceContents{URI: "test://mixed-content-resource", MIMEType: "application/json", Text: `{"test":"data","value":123}`})
+	case "test_error_handling":
+		if !res.IsError || OnlyText(t, res) != "This tool intentionally returns an error for testing" {
+			t.Errorf("%s: result %+v, want the tool error", tool, res)
+		}
+	default:
+		t.Fatalf("CheckExampleResult: %s is not one of ExampleContentTools", tool)
+	}
 }
