@@ -5,7 +5,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/mcprelay/mcprelay/eventlog"
 	"github.com/mcprelay/mcprelay/eventlog/pebblestore"
 )
 
@@ -17,18 +16,10 @@ func TestFsyncMetric(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	ctx := t.Context()
-	if err := st.CreateSession(ctx, &eventlog.Session{ID: "s", Incarnation: 1}); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.CreateStream(ctx, &eventlog.Stream{Key: "k", Session: "s", Generation: 1}); err != nil {
-		t.Fatal(err)
-	}
+	mustCreate(t, st, map[string][]string{"s": {"k"}})
 	const appends = 5
 	for range appends {
-		if _, err := st.Append(ctx, "k", false, eventlog.Event{Data: []byte("{}")}); err != nil {
-			t.Fatal(err)
-		}
+		mustAppend(t, st, "k", false, "{}")
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(st)
@@ -67,16 +58,8 @@ func TestRetainedAfterReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := t.Context()
-	if err := st.CreateSession(ctx, &eventlog.Session{ID: "s", Incarnation: 1}); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.CreateStream(ctx, &eventlog.Stream{Key: "k", Session: "s", Generation: 1}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Append(ctx, "k", false, eventlog.Event{Data: []byte("abc")}, eventlog.Event{Data: []byte("de")}); err != nil {
-		t.Fatal(err)
-	}
+	mustCreate(t, st, map[string][]string{"s": {"k"}})
+	mustAppend(t, st, "k", false, "abc", "de")
 	st.Close()
 	if st, err = pebblestore.Open(dir, pebblestore.Options{}); err != nil {
 		t.Fatal(err)
