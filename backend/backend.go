@@ -56,6 +56,8 @@ type Upstream struct {
 	// values replace those of the same name in Init.Header and, on
 	// stateless requests, the client's. Nil sends none.
 	Header http.Header
+
+	ready readyCheck // Ready's last answer
 }
 
 // setHeader sets u.Header's values on h, replacing those of the same name.

@@ -151,7 +151,9 @@ type Reply interface {
 // requests, which carry no session: the connector answers w itself. The
 // client closing its connection (r's context) cancels the request, as that
 // revision requires. A connector without it makes the relay answer such
-// requests with a clear error.
+// requests with a clear error. It returns what went wrong with the backend
+// (never shown to the client, whose answer names no internal address):
+// wrapping ErrAnswerBroken when the answer broke off after it began.
 type Stateless interface {
-	ServeStateless(w http.ResponseWriter, r *http.Request, body []byte)
+	ServeStateless(w http.ResponseWriter, r *http.Request, body []byte) error
 }

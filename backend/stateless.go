@@ -3,9 +3,15 @@ package backend
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 )
+
+// ErrAnswerBroken reports a backend answer that broke off after it had
+// begun: the caller must cut its client's connection too (panic with
+// http.ErrAbortHandler), never end the answer as if it were complete.
+var ErrAnswerBroken = errors.New("backend: the answer broke off")
 
 // ServeStateless passes a stateless (2026-07-28) request through to the
 // backend's stateless endpoint and streams the answer back. The request's
@@ -13,12 +19,16 @@ import (
 // replaces; the relay removes the client's Authorization first unless it
 // was asked to forward it. The client
 // closing its connection cancels the backend request, as that revision
-// requires. No session, no event IDs, nothing logged.
-func (u *Upstream) ServeStateless(w http.ResponseWriter, r *http.Request, body []byte) {
+// requires. No session, no event IDs, nothing logged: a backend that
+// cannot be reached gets the client a 502 with a generic JSON-RPC error,
+// and the cause (which names the backend's URL) is returned for the
+// caller to log. The backend's Mcp-Session-Id, if it sends one, is not
+// passed on.
+func (u *Upstream) ServeStateless(w http.ResponseWriter, r *http.Request, body []byte) error {
 	req, err := http.NewRequestWithContext(r.Context(), http.MethodPost, u.Stateless(), bytes.NewReader(body))
 	if err != nil {
-		http.Error(w, "mcprelay: backend request: "+err.Error(), http.StatusInternalServerError)
-		return
+		writeUnreachable(w)
+		return err
 	}
 	for k, vs := range r.Header {
 		if hopByHop[http.CanonicalHeaderKey(k)] {
@@ -29,14 +39,15 @@ func (u *Upstream) ServeStateless(w http.ResponseWriter, r *http.Request, body [
 	u.setHeader(req.Header)
 	resp, err := u.HTTPClient().Do(req)
 	if err != nil {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusBadGateway)
-		io.WriteString(w, `{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"backend unavailable"}}`)
-		return
+		if r.Context().Err() != nil {
+			return nil // the client left
+		}
+		writeUnreachable(w)
+		return err
 	}
 	defer resp.Body.Close()
 	for k, vs := range resp.Header {
-		if hopByHop[http.CanonicalHeaderKey(k)] || k == "Content-Length" {
+		if hopByHop[http.CanonicalHeaderKey(k)] || k == "Content-Length" || http.CanonicalHeaderKey(k) == headerSessionID {
 			continue
 		}
 		w.Header()[k] = vs
@@ -44,8 +55,16 @@ func (u *Upstream) ServeStateless(w http.ResponseWriter, r *http.Request, body [
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(resp.StatusCode)
 	if err := CopyFlushing(w, resp.Body, 32<<10); err != nil && r.Context().Err() == nil {
-		panic(http.ErrAbortHandler) // the backend broke off: so does the client's answer
+		return fmt.Errorf("%w: %w", ErrAnswerBroken, err)
 	}
+	return nil
+}
+
+// writeUnreachable answers a stateless request the backend did not get.
+func writeUnreachable(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusBadGateway)
+	io.WriteString(w, `{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"backend unavailable"}}`)
 }
 
 var hopByHop = map[string]bool{

@@ -187,6 +187,23 @@ func (m *Memory) DeleteSession(ctx context.Context, id string) error {
 	return nil
 }
 
+// Retained returns the events and bytes of event data the store holds,
+// across all sessions.
+func (m *Memory) Retained() (events, bytes int64) {
+	for i := range m.sessions {
+		sh := &m.sessions[i]
+		sh.mu.RLock()
+		for _, ss := range sh.m {
+			ss.mu.Lock()
+			events += int64(ss.events)
+			bytes += ss.bytes
+			ss.mu.Unlock()
+		}
+		sh.mu.RUnlock()
+	}
+	return events, bytes
+}
+
 // dropSessionLocked marks ss gone and drops all its streams and events.
 func (m *Memory) dropSessionLocked(ss *memSession) {
 	ss.gone = true

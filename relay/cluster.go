@@ -145,7 +145,7 @@ func (h *Handler) dropLocal(s *session, why string) {
 	if bs != nil {
 		go bs.Close()
 	}
-	h.counts.add("dropped")
+	h.metrics.dropped.Inc()
 	h.log.Warn("session no longer served here", logSession, s.id, logReason, why)
 }
 

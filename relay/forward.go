@@ -109,7 +109,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, owner string, 
 		}
 	}
 	w.WriteHeader(resp.StatusCode)
-	h.counts.add("forwarded")
+	h.metrics.forwarded.Inc()
 	if err := backend.CopyFlushing(w, resp.Body, 32<<10); err != nil && r.Context().Err() == nil {
 		// The owner died mid-answer: cut the client off as the owner's
 		// connection was cut, so that it resumes; a clean end would say

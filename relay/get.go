@@ -22,6 +22,10 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusMethodNotAllowed, "Method Not Allowed: protocol "+version20260728+" has no GET stream")
 		return
 	}
+	if lei == "" {
+		h.serveStandalone(w, r, sid)
+		return
+	}
 	var s *session
 	if sid != "" {
 		var err error
@@ -35,18 +39,6 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request) {
 	}
 	if s != nil {
 		s.listen()
-	}
-	if s != nil && lei == "" {
-		// A new standalone stream: what no connection has been given yet,
-		// then live.
-		s.mu.Lock()
-		st := s.standalone
-		s.mu.Unlock()
-		st.mu.Lock()
-		from := st.delivered
-		st.mu.Unlock()
-		h.serveStream(w, r, s, resume.Tail(st.key, st.gen, from), opensStream)
-		return
 	}
 	in := resume.Input{HasSessionHeader: sid != ""}
 	if s != nil {
@@ -66,13 +58,16 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request) {
 					Terminal:   rec.Terminal,
 				}
 			case !errors.Is(err, eventlog.ErrNotFound):
-				httpError(w, http.StatusInternalServerError, "event log: "+err.Error())
+				// The store's error may name internal addresses: logged,
+				// not sent.
+				h.log.Error("resume: reading the cursor's stream", logSession, s.id, "err", err)
+				writeUnavailable(w)
 				return
 			}
 		}
 	}
 	d := resume.Decide(in)
-	h.counts.add("resume/" + strconv.Itoa(d.Status) + "/" + string(d.Outcome))
+	h.metrics.resumeDecisions.WithLabelValues(strconv.Itoa(d.Status), string(d.Outcome)).Inc()
 	attrs := []any{logSession, clip(sid), logCursor, clip(lei), logRow, d.Row, logStatus, d.Status, logReason, d.Outcome}
 	switch {
 	case d.Status == http.StatusConflict:
@@ -97,6 +92,47 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.serveStream(w, r, s, d.Plan, resumesStream)
+}
+
+// serveStandalone serves a GET without Last-Event-ID: a new standalone
+// stream, what no connection has been given yet, then live. It is not a
+// resume (every mcp-remote start sends one, some without a session):
+// counted on its own, and its refusals logged at debug only.
+func (h *Handler) serveStandalone(w http.ResponseWriter, r *http.Request, sid string) {
+	status := func(code int) {
+		h.metrics.plainGETs.WithLabelValues(strconv.Itoa(code)).Inc()
+		if code != http.StatusOK {
+			h.log.Debug("GET without Last-Event-ID refused", logSession, clip(sid), logStatus, code)
+		}
+	}
+	if sid == "" {
+		status(http.StatusBadRequest)
+		httpError(w, http.StatusBadRequest, "Bad Request: Mcp-Session-Id header is required")
+		return
+	}
+	s, err := h.lookup(r, sid)
+	switch {
+	case err != nil:
+		status(http.StatusServiceUnavailable)
+		writeUnavailable(w)
+		return
+	case s == nil:
+		status(http.StatusNotFound)
+		httpError(w, http.StatusNotFound, "Not Found: unknown or expired session; initialize a new one")
+		return
+	case !h.checkVersion(w, r, s):
+		status(http.StatusBadRequest)
+		return
+	}
+	status(http.StatusOK)
+	s.listen()
+	s.mu.Lock()
+	st := s.standalone
+	s.mu.Unlock()
+	st.mu.Lock()
+	from := st.delivered
+	st.mu.Unlock()
+	h.serveStream(w, r, s, resume.Tail(st.key, st.gen, from), opensStream)
 }
 
 var rejectText = map[resume.Outcome]string{

@@ -141,7 +141,7 @@ func (h *Handler) restore(r *http.Request, id string) (*session, error) {
 	h.mu.Lock()
 	h.sessions[id] = s
 	h.mu.Unlock()
-	h.counts.add("restore")
+	h.metrics.restored.Inc()
 	h.log.Info("session restored from the store", logSession, id, "incarnation", gen)
 	return s, nil
 }
@@ -330,7 +330,7 @@ func (h *Handler) openBackend(ctx context.Context, s *session, gen uint64, initR
 		Header:    hdr,
 		Unrelated: func(msg []byte) { h.routeUnrelated(s, gen, msg) },
 		Lost: func(err error) {
-			h.log.Warn("backend session lost", logSession, s.id, "incarnation", gen, "err", err)
+			h.upstreamFailed("backend session lost", "", err, logSession, s.id, "incarnation", gen)
 			go h.reincarnate(s, gen)
 		},
 		Logger: h.log.With(logSession, s.id),
@@ -401,7 +401,7 @@ func (h *Handler) reincarnate(s *session, gen uint64) error {
 	if oldBackend != nil {
 		go oldBackend.Close() // abandoned: end it on the backend too
 	}
-	h.counts.add("reincarnation")
+	h.metrics.recreations.Inc()
 	h.log.Warn("backend session re-created", logSession, s.id, "incarnation", newGen, "lost_streams", len(old))
 
 	for st := range old {

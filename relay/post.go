@@ -35,6 +35,7 @@ func (h *Handler) servePOST(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, http.StatusBadRequest, nil, -32700, "Parse error: "+err.Error())
 		return
 	}
+	noteMessages(w, msgs)
 	sid := r.Header.Get(headerSessionID)
 	if sid == "" {
 		h.postWithoutSession(w, r, body, msgs, batch)
@@ -121,7 +122,12 @@ func (h *Handler) postWithoutSession(w http.ResponseWriter, r *http.Request, bod
 			r = r.Clone(r.Context())
 			r.Header.Del("Authorization")
 		}
-		sl.ServeStateless(w, r, body)
+		if err := sl.ServeStateless(w, r, body); err != nil {
+			h.upstreamFailed("stateless request to the backend failed", "", err)
+			if errors.Is(err, backend.ErrAnswerBroken) {
+				panic(http.ErrAbortHandler) // the backend broke off: so does the client's answer
+			}
+		}
 		return
 	}
 	httpError(w, http.StatusBadRequest, "Bad Request: Mcp-Session-Id header is required (initialize first)")
@@ -160,7 +166,7 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, body []byte
 	}
 	s.limitKey = limitKey(r, s.principal)
 	if f := h.limits.admit(r.Context(), s.limitKey); f != nil {
-		h.counts.add("rejected/" + f.reason)
+		h.metrics.rejected.WithLabelValues(f.reason).Inc()
 		if f.err != nil {
 			h.log.Error("new session refused: the store cannot tell its size", "err", f.err)
 		}
@@ -378,6 +384,12 @@ func (h *Handler) writeBackendError(w http.ResponseWriter, ids []json.RawMessage
 	var ue *backend.UnavailableError
 	switch {
 	case errors.As(err, &se):
+		// The server's own answer to the client's message.
+		if se.Code >= 500 {
+			h.upstreamFailed("backend answered with an error status", "", err, logStatus, se.Code)
+		} else {
+			h.log.Debug("backend refused a message", logStatus, se.Code, "err", err)
+		}
 		if se.ContentType != "" {
 			w.Header().Set("Content-Type", se.ContentType)
 		}
@@ -392,14 +404,14 @@ func (h *Handler) writeBackendError(w http.ResponseWriter, ids []json.RawMessage
 		}
 		w.Header().Set("Retry-After", strconv.Itoa(retry))
 		httpError(w, http.StatusServiceUnavailable, "Service Unavailable: the backend cannot take requests now; retry")
-		h.log.Warn("backend unavailable", "err", err)
+		h.upstreamFailed("backend unavailable", "", err)
 		return
 	}
 	status := http.StatusBadGateway
 	if errors.Is(err, backend.ErrTimeout) {
 		status = http.StatusGatewayTimeout
 	}
-	h.log.Warn("backend request failed", "err", err)
+	h.upstreamFailed("backend request failed", "", err)
 	if len(ids) == 0 {
 		httpError(w, status, http.StatusText(status)+": the backend failed")
 		return

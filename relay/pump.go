@@ -72,11 +72,20 @@ func (h *Handler) pumpRequest(ctx context.Context, st *stream, rep backend.Reply
 		return
 	}
 	if errors.Is(rerr, backend.ErrSessionLost) {
+		h.upstreamFailed("backend session lost during a call", "", rerr, logSession, st.sess.id, logStream, st.skey)
 		h.reincarnate(st.sess, st.gen) // seals st
 		h.loseStream(st, resume.ReasonBackendLost, "mcprelay: request lost: the backend session was lost")
 		return
 	}
-	h.log.Warn("backend reply ended before its response", logSession, st.sess.id, logStream, st.skey, "err", rerr)
+	if rerr != nil {
+		cause := upstreamCause(rerr)
+		if cause == causeUnreachable || cause == causeOther {
+			cause = causeStreamBroken // the answer had begun
+		}
+		h.upstreamFailed("backend reply ended before its response", cause, rerr, logSession, st.sess.id, logStream, st.skey)
+	} else {
+		h.log.Warn("a call's response could not be logged", logSession, st.sess.id, logStream, st.skey)
+	}
 	h.loseStream(st, resume.ReasonBackendLost, "mcprelay: request lost: the backend's stream ended before its response")
 }
 

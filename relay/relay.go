@@ -90,6 +90,13 @@ type Options struct {
 	// Logger receives the relay's logs. Nil discards them.
 	Logger *slog.Logger
 
+	// AccessLog, when set, makes the relay log one line per request to the
+	// MCP endpoint through Logger at this level ("request": HTTP method,
+	// JSON-RPC methods, a short tag of the session ID, status, duration,
+	// bytes). A streamed answer is logged when its stream ends. Nil: no
+	// access log.
+	AccessLog slog.Leveler
+
 	// Cluster, when set, makes this relay one replica of several that
 	// share Store (which must then be shared, for example Redis) and
 	// Secret: any replica answers any request for any session. The
@@ -160,7 +167,8 @@ type Handler struct {
 	shutdownOnce sync.Once
 	janitorDone  chan struct{}
 
-	counts counters
+	metrics  *metrics
+	notReady atomic.Bool // the last readiness check failed
 }
 
 const (
@@ -237,6 +245,7 @@ func New(opts Options) (*Handler, error) {
 		shutdown:    make(chan struct{}),
 		janitorDone: make(chan struct{}),
 	}
+	h.metrics = newMetrics(h)
 	if opts.Cluster != nil {
 		h.cluster = opts.Cluster
 		h.leaseTTL = opts.LeaseTTL
@@ -291,7 +300,9 @@ func (h *Handler) Close() error {
 }
 
 // ServeHTTP serves the MCP endpoint: POST, GET and DELETE.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	w := &exchange{ResponseWriter: rw}
+	defer h.finish(w, r, time.Now())
 	if r.Header.Get(headerForwarded) != "" {
 		// From another replica (its client's Origin and Host were checked
 		// there), or from a client posing as one.
@@ -330,10 +341,8 @@ func (h *Handler) checkOrigin(r *http.Request) (int, string) {
 		if !hostAllowed(r.Host, h.opts.AllowedHosts) {
 			return http.StatusForbidden, fmt.Sprintf("Forbidden: Host %q is not allowed", r.Host)
 		}
-	} else if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && la != nil {
-		if isLoopbackAddr(la.String()) && !isLoopbackHost(r.Host) {
-			return http.StatusForbidden, fmt.Sprintf("Forbidden: Host %q is not a loopback name", r.Host)
-		}
+	} else if status, msg := checkLoopbackHost(r); status != 0 {
+		return status, msg
 	}
 	origin := r.Header.Get("Origin")
 	if origin == "" {
@@ -350,6 +359,18 @@ func (h *Handler) checkOrigin(r *http.Request) (int, string) {
 		return 0, ""
 	}
 	return http.StatusForbidden, fmt.Sprintf("Forbidden: Origin %q is not allowed", origin)
+}
+
+// checkLoopbackHost refuses (403) a request that arrived on a loopback
+// address naming a host that is not loopback: a page reached through DNS
+// rebinding.
+func checkLoopbackHost(r *http.Request) (int, string) {
+	if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && la != nil {
+		if isLoopbackAddr(la.String()) && !isLoopbackHost(r.Host) {
+			return http.StatusForbidden, fmt.Sprintf("Forbidden: Host %q is not a loopback name", r.Host)
+		}
+	}
+	return 0, ""
 }
 
 func hostAllowed(host string, allowed []string) bool {
@@ -416,40 +437,6 @@ func newSessionID() string {
 // httpError writes a plain-text error.
 func httpError(w http.ResponseWriter, status int, msg string) {
 	http.Error(w, msg, status)
-}
-
-// counters counts resume decisions and other notable outcomes.
-type counters struct {
-	mu sync.Mutex
-	m  map[string]*atomic.Int64
-}
-
-func (c *counters) add(name string) {
-	c.mu.Lock()
-	if c.m == nil {
-		c.m = make(map[string]*atomic.Int64)
-	}
-	v := c.m[name]
-	if v == nil {
-		v = new(atomic.Int64)
-		c.m[name] = v
-	}
-	c.mu.Unlock()
-	v.Add(1)
-}
-
-// Counts returns a snapshot of the relay's counters: "resume/<status>/<reason>"
-// for each resume decision ("resume/409/foreign_stream" counts
-// tenant-isolation events), "reincarnation" for backend re-creations,
-// "lost" for requests answered with the request-lost error.
-func (h *Handler) Counts() map[string]int64 {
-	h.counts.mu.Lock()
-	defer h.counts.mu.Unlock()
-	out := make(map[string]int64, len(h.counts.m))
-	for k, v := range h.counts.m {
-		out[k] = v.Load()
-	}
-	return out
 }
 
 // readBody reads a POST body within the configured limit.

@@ -353,7 +353,9 @@ func (h *Handler) appendEvents(st *stream, terminal bool, evs ...eventlog.Event)
 	}
 	deadline := time.Now().Add(appendPatience)
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, appendMaxBackoff) {
+		t0 := time.Now()
 		_, err := h.store.Append(h.ctx, st.skey, terminal, evs...)
+		h.metrics.observeAppend(t0)
 		if err == nil {
 			break
 		}
@@ -440,9 +442,7 @@ func (h *Handler) loseStream(st *stream, reason resume.Reason, msg string) {
 		evs = append(evs, eventlog.Event{Data: errorResponse(id, code, msg, reason)})
 	}
 	if h.appendEvents(st, true, evs...) {
-		for range ids {
-			h.counts.add("lost")
-		}
+		h.metrics.requestsLost.Add(float64(len(ids)))
 		h.log.Warn("request stream lost", logSession, st.sess.id, logStream, st.skey, logReason, reason, "requests", len(ids))
 	}
 }

@@ -110,7 +110,7 @@ func TestAuthServe(t *testing.T) {
 	defer h.Close()
 	srv := httptest.NewServer(routes(h, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t.Error("unauthenticated request reached the relay")
-	}), a))
+	}), a, true))
 	defer srv.Close()
 
 	// A browser on an allowed origin: the preflight is answered before the

@@ -44,6 +44,8 @@ type serveFlags struct {
 	maxBody       *int64
 	logFormat     *string
 	logLevel      *string
+	accessLog     *string
+	metricsAddr   *string
 	shutdownGrace *time.Duration
 	advertise     *string
 	secretFile    *string
@@ -79,6 +81,8 @@ func newServeFlags() (*flag.FlagSet, *serveFlags) {
 		maxBody:       fs.Int64("max-body-bytes", 4<<20, "largest POST body accepted"),
 		logFormat:     fs.String("log-format", "text", "log format: text or json"),
 		logLevel:      fs.String("log-level", "info", "log level: debug, info, warn or error"),
+		accessLog:     fs.String("access-log", "debug", "one log line per /mcp request (method, JSON-RPC method, session tag, status, duration, bytes) at this level: off, debug or info"),
+		metricsAddr:   fs.String("metrics-addr", "", "serve /metrics (and /healthz, /readyz) on this address of their own instead of on --addr"),
 		shutdownGrace: fs.Duration("shutdown-timeout", 10*time.Second, "how long to wait for streams to close on SIGINT/SIGTERM"),
 		advertise:     fs.String("advertise", "", "with --store redis://: the URL at which other replicas reach this one's MCP endpoint (default: http://ADDR/mcp from the listener)"),
 		secretFile:    fs.String("secret-file", "", "with --store redis://: read the relay secret (at least 32 bytes, mode 0600) from this file instead of sharing one through Redis"),
@@ -124,6 +128,10 @@ func serve(args []string) error {
 		return err
 	}
 	log, err := newLogger(*f.logFormat, *f.logLevel)
+	if err != nil {
+		return err
+	}
+	accessLevel, err := parseAccessLog(*f.accessLog)
 	if err != nil {
 		return err
 	}
@@ -205,6 +213,7 @@ func serve(args []string) error {
 		MaxBodyBytes:         *f.maxBody,
 		SessionIdleTimeout:   *f.idle,
 		Logger:               log,
+		AccessLog:            accessLevel,
 		Identity:             authn.identity,
 		ForwardAuthorization: *f.forwardAuthz,
 		Limits:               limits,
@@ -214,11 +223,24 @@ func serve(args []string) error {
 	}
 	defer h.Close()
 
-	srv := newServer(routes(h, h, authn), bodyTimeout)
+	mux := routes(h, h, authn, *f.metricsAddr == "")
+	servers := []*http.Server{newServer(mux, bodyTimeout)}
+	listeners := []net.Listener{ln}
+	if *f.metricsAddr != "" {
+		mln, err := net.Listen("tcp", *f.metricsAddr)
+		if err != nil {
+			return fmt.Errorf("--metrics-addr: %w", err)
+		}
+		servers = append(servers, newServer(opsRoutes(h), bodyTimeout))
+		listeners = append(listeners, mln)
+		log.Info("metrics listening", "url", "http://"+mln.Addr().String()+"/metrics")
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	errc := make(chan error, len(servers))
+	for i, srv := range servers {
+		go func() { errc <- srv.Serve(listeners[i]) }()
+	}
 	where := "memory"
 	switch {
 	case *f.storeKind == "disk":
@@ -237,21 +259,49 @@ func serve(args []string) error {
 	sctx, cancel := context.WithTimeout(context.Background(), *f.shutdownGrace)
 	defer cancel()
 	h.Shutdown(sctx)
-	if err := srv.Shutdown(sctx); err != nil {
-		log.Warn("shutdown", "err", err)
+	for _, srv := range servers {
+		if err := srv.Shutdown(sctx); err != nil {
+			log.Warn("shutdown", "err", err)
+		}
 	}
 	return nil
 }
 
+// parseAccessLog reads --access-log: off (nil), debug or info.
+func parseAccessLog(v string) (slog.Leveler, error) {
+	switch v {
+	case "off":
+		return nil, nil
+	case "debug":
+		return slog.LevelDebug, nil
+	case "info":
+		return slog.LevelInfo, nil
+	}
+	return nil, fmt.Errorf("--access-log must be off, debug or info, got %q", v)
+}
+
 // routes serves the MCP endpoint mcp (the relay h) with authn's token
-// check and metadata, and h's metrics. CORS comes before the token check:
-// a preflight carries no token, and a browser script must be able to read
-// a 401's challenge.
-func routes(h *relay.Handler, mcp http.Handler, authn *authSetup) *http.ServeMux {
+// check and metadata, h's health endpoints and, with metrics, its metrics.
+// CORS comes before the token check: a preflight carries no token, and a
+// browser script must be able to read a 401's challenge.
+func routes(h *relay.Handler, mcp http.Handler, authn *authSetup, metrics bool) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", h.CORS(authn.protect(mcp)))
 	authn.mount(mux) // its metadata answers any origin (Access-Control-Allow-Origin: *)
-	mux.Handle("/metrics", h.Metrics())
+	mux.Handle("/healthz", relay.Healthz())
+	mux.Handle("/readyz", h.Readyz())
+	if metrics {
+		mux.Handle("/metrics", h.Metrics())
+	}
+	return mux
+}
+
+// opsRoutes serves h's metrics and health endpoints on --metrics-addr.
+func opsRoutes(h *relay.Handler) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", h.OpsMetrics())
+	mux.Handle("/healthz", relay.Healthz())
+	mux.Handle("/readyz", h.Readyz())
 	return mux
 }
 

@@ -120,6 +120,9 @@ func TestDiskFull(t *testing.T) {
 			t.Errorf("write after the failure: %v, want eventlog.ErrUnavailable", err)
 		}
 	}
+	if err := st.Ready(ctx); !errors.Is(err, eventlog.ErrUnavailable) {
+		t.Errorf("Ready after the failure: %v, want eventlog.ErrUnavailable", err)
+	}
 	rec, evs, err := st.Read(ctx, "k", 0, 1<<20, nil)
 	if err != nil || rec.LastSeq != acked || uint64(len(evs)) != acked {
 		t.Errorf("Read after the failure: %+v, %d events, %v; want the %d acknowledged", rec, len(evs), err, acked)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mcprelay/mcprelay/eventlog"
 )
@@ -159,6 +160,12 @@ type Store struct {
 
 	termMu   sync.Mutex
 	terminal termHeap // terminal streams of all sessions by terminal time
+
+	fsync prometheus.Histogram // Pebble's WAL fsync latencies, in nanoseconds
+
+	// Events and bytes of event data retained across sessions, kept with
+	// each session's counters, for Retained.
+	retEvents, retBytes atomic.Int64
 
 	unsynced atomic.Bool  // SyncInterval: committed since the last WAL fsync
 	garbage  atomic.Int64 // bytes of events deleted with their session or stream since the last compaction
@@ -353,6 +360,7 @@ func open(dir string, opts Options, now func() time.Time, fs vfs.FS) (*Store, er
 		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
 	}
 	s.db = db
+	s.fsync = db.Metrics().LogWriter.FsyncLatency
 	if opts.Sync == SyncAlways {
 		s.wo = pebble.Sync
 	}
@@ -570,6 +578,7 @@ func (s *Store) load(readOnly bool) (events int, err error) {
 		s.nextStream = max(s.nextStream, r.num)
 		ss.events += st.retained()
 		ss.bytes += st.bytes
+		s.retained(int64(st.retained()), st.bytes)
 		events += st.retained()
 		if r.rec.Terminal {
 			terminal = append(terminal, st)
@@ -688,6 +697,28 @@ func (s *Store) enter(ctx context.Context, write bool) error {
 }
 
 func (s *Store) leave() { s.life.RUnlock() }
+
+// Retained returns the events and bytes of event data the store holds,
+// across all sessions.
+func (s *Store) Retained() (events, bytes int64) {
+	return s.retEvents.Load(), s.retBytes.Load()
+}
+
+// retained adds to the totals Retained reports.
+func (s *Store) retained(events, bytes int64) {
+	s.retEvents.Add(events)
+	s.retBytes.Add(bytes)
+}
+
+// Ready reports whether the store takes writes: not closed, and no write
+// failed (a full or failing disk; see ErrFailed). It touches no disk.
+func (s *Store) Ready(ctx context.Context) error {
+	if err := s.enter(ctx, true); err != nil {
+		return err
+	}
+	s.leave()
+	return nil
+}
 
 func (s *Store) session(id string) *session {
 	s.mu.RLock()

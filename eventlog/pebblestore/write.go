@@ -272,6 +272,7 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 		s.unheap(ss.terminal.pop())
 	}
 	s.garbage.Add(ss.bytes)
+	s.retained(-int64(ss.events), -ss.bytes)
 	clear(ss.streams)
 	ss.order, ss.terminal = queue[run]{}, queue[*stream]{}
 	ss.events, ss.bytes, ss.stale = 0, 0, 0
@@ -467,6 +468,7 @@ func (s *Store) appendEvents(t *txn, st *stream, terminal bool, events []eventlo
 	st.bytes += n
 	ss.bytes += n
 	ss.events += len(events)
+	s.retained(int64(len(events)), n)
 	if terminal {
 		st.rec.Terminal = true
 		st.terminalAt = t.now.UnixNano()
@@ -516,6 +518,7 @@ func (s *Store) evict(t *txn, ss *session) {
 			st.bytes -= size
 			ss.bytes -= size
 			ss.events--
+			s.retained(-1, -size)
 			k++
 			seq = st.nextSeq(seq)
 		}
@@ -607,6 +610,7 @@ func (s *Store) dropStream(t *txn, st *stream) {
 	t.del(t.key)
 	ss.events -= st.retained()
 	ss.bytes -= st.bytes
+	s.retained(-int64(st.retained()), -st.bytes)
 	s.garbage.Add(st.bytes)
 	s.unheap(st)
 	ss.stale += st.runs

@@ -202,6 +202,14 @@ func redactURL(u string) string {
 	return u[:i+3] + "***" + u[at:]
 }
 
+// Ready reports whether Redis answers (a PING).
+func (s *Store) Ready(ctx context.Context) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return s.c.Do(ctx, s.c.B().Ping().Build()).Error()
+}
+
 // Close closes the connections. Calls after Close fail with ErrClosed.
 // Close is idempotent.
 func (s *Store) Close() error {

@@ -99,6 +99,7 @@ func RunWith(t *testing.T, open func(t *testing.T, r eventlog.Retention) eventlo
 		t.Run("WithEviction", func(t *testing.T) { s.concurrent(t, true) })
 	})
 	t.Run("CancelledContext", s.cancelled)
+	t.Run("Retained", s.retained)
 }
 
 type suite struct {
@@ -1184,4 +1185,40 @@ func (s suite) cancelled(t *testing.T) {
 			}
 		})
 	}
+}
+
+// retainedReporter is implemented by stores that report what they retain
+// across all sessions (for metrics); the Retained check runs for those.
+type retainedReporter interface {
+	Retained() (events, bytes int64)
+}
+
+// retained checks a store's totals of retained events and bytes through
+// appends, an eviction and a deletion.
+func (s suite) retained(t *testing.T) {
+	st := s.store(t, eventlog.Retention{MaxEvents: 4, MaxBytes: 1 << 20})
+	rr, ok := st.(retainedReporter)
+	if !ok {
+		t.Skip("the store does not report what it retains")
+	}
+	check := func(when string, events, bytes int64) {
+		t.Helper()
+		if e, b := rr.Retained(); e != events || b != bytes {
+			t.Errorf("%s: Retained() = %d events, %d bytes; want %d, %d", when, e, b, events, bytes)
+		}
+	}
+	check("empty", 0, 0)
+	mustSession(t, st, "s1")
+	mustSession(t, st, "s2")
+	mustStream(t, st, "s1", "a")
+	mustStream(t, st, "s2", "b")
+	appendN(t, st, "a", 3, 10)
+	appendN(t, st, "b", 2, 20)
+	check("after appends", 5, 70)
+	appendN(t, st, "a", 2, 10) // s1 holds 5 > 4: its oldest is evicted
+	check("after an eviction", 6, 80)
+	if err := st.DeleteSession(t.Context(), "s2"); err != nil {
+		t.Fatal(err)
+	}
+	check("after a deletion", 4, 40)
 }
