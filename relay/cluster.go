@@ -143,7 +143,18 @@ func (h *Handler) dropLocal(s *session, why string) {
 	}
 	kickAll(sts, true)
 	if bs != nil {
-		go bs.Close()
+		h.mu.Lock()
+		if h.closed {
+			h.mu.Unlock()
+			go bs.Close() // Close is waiting already or has returned
+		} else {
+			h.closing.Add(1)
+			h.mu.Unlock()
+			go func() {
+				defer h.closing.Done()
+				bs.Close()
+			}()
+		}
 	}
 	h.metrics.dropped.Inc()
 	h.log.Warn("session no longer served here", logSession, s.id, logReason, why)

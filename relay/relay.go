@@ -166,6 +166,8 @@ type Handler struct {
 	shutdown     chan struct{} // closed by Shutdown: open streams get retry and end
 	shutdownOnce sync.Once
 	janitorDone  chan struct{}
+	closing      sync.WaitGroup // backend sessions being closed by dropLocal; Close waits
+	closed       bool           // Close waits for closing (guarded by mu)
 
 	metrics  *metrics
 	notReady atomic.Bool // the last readiness check failed
@@ -296,8 +298,24 @@ func (h *Handler) Close() error {
 	if h.keeperDone != nil {
 		<-h.keeperDone
 	}
+	// Backend sessions given up by this replica are closed before Close
+	// returns, so that nothing of theirs (a GET stream, a liveness ping
+	// under the client's credentials) reaches the backend after it; a
+	// backend that does not answer is waited for a few seconds at most.
+	h.mu.Lock()
+	h.closed = true
+	h.mu.Unlock()
+	done := make(chan struct{})
+	go func() { h.closing.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(closeWait):
+	}
 	return nil
 }
+
+// closeWait bounds how long Close waits for backend sessions to close.
+const closeWait = 5 * time.Second
 
 // ServeHTTP serves the MCP endpoint: POST, GET and DELETE.
 func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
