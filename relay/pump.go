@@ -24,46 +24,23 @@ type routed struct {
 }
 
 // pumpRequest moves one call's reply into its stream's log until the
-// responses to all its requests. A reader goroutine takes messages from
-// the backend while this one appends: messages that arrive while an Append
-// (and its fsync) is under way go together into the next one, so a stream
-// is not held to one fsync per event. Disconnection of the client does not
-// stop it (legacy era: only notifications/cancelled cancels).
+// responses to all its requests. Most calls are answered by one message:
+// it is read and appended here. Only when more are to come does a reader
+// goroutine take messages from the backend while this one appends:
+// messages that arrive while an Append (and its fsync) is under way go
+// together into the next one, so a stream is not held to one fsync per
+// event. Disconnection of the client does not stop it (legacy era: only
+// notifications/cancelled cancels).
 func (h *Handler) pumpRequest(ctx context.Context, st *stream, rep backend.Reply) {
 	defer rep.Close()
-	ch := make(chan routed, pumpBatch)
-	var rerr error
-	go func() {
-		defer close(ch)
-		rerr = h.readReply(ctx, st, rep, ch)
-	}()
-	batch := make([]eventlog.Event, 0, pumpBatch)
-	var ids [][]json.RawMessage
-	for m := range ch {
-		batch = append(batch[:0], eventlog.Event{Data: m.data})
-		ids = append(ids[:0], m.ids)
-	drain:
-		for len(batch) < pumpBatch {
-			select {
-			case m, ok := <-ch:
-				if !ok {
-					break drain
-				}
-				batch = append(batch, eventlog.Event{Data: m.data})
-				ids = append(ids, m.ids)
-			default:
-				break drain
-			}
+	rr := newReplyReader(st, rep)
+	m, rerr := rr.next()
+	if rerr == nil {
+		h.deliverBatch(st, []eventlog.Event{{Data: m.data}}, [][]json.RawMessage{m.ids})
+		if !rr.answered() && !st.isDone() {
+			rerr = h.pumpRest(ctx, st, rr)
 		}
-		if st.isDone() {
-			break
-		}
-		h.deliverBatch(st, batch, ids)
 	}
-	rep.Close() // unblocks a reader waiting for more
-	for range ch {
-	}
-	// The reader has finished: rerr is set.
 	if st.isDone() || ctx.Err() != nil {
 		return
 	}
@@ -89,40 +66,100 @@ func (h *Handler) pumpRequest(ctx context.Context, st *stream, rep backend.Reply
 	h.loseStream(st, resume.ReasonBackendLost, "mcprelay: request lost: the backend's stream ended before its response")
 }
 
-// readReply reads the reply until the responses to all of the stream's
+// pumpRest moves the rest of a reply, from a reader goroutine, in batches.
+// It returns the reader's error.
+func (h *Handler) pumpRest(ctx context.Context, st *stream, rr *replyReader) error {
+	ch := make(chan routed, pumpBatch)
+	var rerr error
+	go func() {
+		defer close(ch)
+		for !rr.answered() {
+			m, err := rr.next()
+			if err != nil {
+				rerr = err
+				return
+			}
+			select {
+			case ch <- m:
+			case <-ctx.Done():
+				rerr = ctx.Err()
+				return
+			}
+		}
+	}()
+	batch := make([]eventlog.Event, 0, pumpBatch)
+	var ids [][]json.RawMessage
+	for m := range ch {
+		batch = append(batch[:0], eventlog.Event{Data: m.data})
+		ids = append(ids[:0], m.ids)
+	drain:
+		for len(batch) < pumpBatch {
+			select {
+			case m, ok := <-ch:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, eventlog.Event{Data: m.data})
+				ids = append(ids, m.ids)
+			default:
+				break drain
+			}
+		}
+		if st.isDone() {
+			break
+		}
+		h.deliverBatch(st, batch, ids)
+	}
+	rr.rep.Close() // unblocks a reader waiting for more
+	for range ch {
+	}
+	return rerr // the reader has finished: rerr is set
+}
+
+// replyReader reads a reply until the responses to all of the stream's
 // pending requests have been read, relating each message to the ids it
 // answers (once per event, here, not again by the appender). A Poll from
 // the backend is carried to the client's connection.
-func (h *Handler) readReply(ctx context.Context, st *stream, rep backend.Reply, ch chan<- routed) error {
+type replyReader struct {
+	st   *stream
+	rep  backend.Reply
+	want map[string]bool // pending ids not yet answered
+}
+
+func newReplyReader(st *stream, rep backend.Reply) *replyReader {
 	st.mu.Lock()
 	want := make(map[string]bool, len(st.pending))
 	for id := range st.pending {
 		want[id] = true
 	}
 	st.mu.Unlock()
-	for len(want) > 0 {
-		data, err := rep.Next()
+	return &replyReader{st: st, rep: rep, want: want}
+}
+
+// answered reports whether every pending request's response was read.
+func (r *replyReader) answered() bool { return len(r.want) == 0 }
+
+// next returns the next message; io.ErrUnexpectedEOF if the reply ends
+// before every response.
+func (r *replyReader) next() (routed, error) {
+	for {
+		data, err := r.rep.Next()
 		var poll *backend.Poll
 		switch {
 		case errors.As(err, &poll):
-			st.pollConn(poll.Retry)
+			r.st.pollConn(poll.Retry)
 			continue
 		case errors.Is(err, io.EOF):
-			return io.ErrUnexpectedEOF // the backend has nothing more, and a response is missing
+			return routed{}, io.ErrUnexpectedEOF // the backend has nothing more, and a response is missing
 		case err != nil:
-			return err
+			return routed{}, err
 		}
 		ids := wire.ResponseIDs(data, nil)
 		for _, id := range ids {
-			delete(want, wire.MatchKey(id))
+			delete(r.want, wire.MatchKey(id))
 		}
-		select {
-		case ch <- routed{data: data, ids: ids}:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+		return routed{data: data, ids: ids}, nil
 	}
-	return nil
 }
 
 // deliverBatch appends backend messages to a request stream in one Append
