@@ -115,7 +115,7 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, s *session
 			st.detach(a)
 		}
 		if !ok || next == nil {
-			c.flush()
+			c.finish()
 			return
 		}
 		p = *next
@@ -198,10 +198,19 @@ func (h *Handler) follow(r *http.Request, c *sseConn, s *session, st *stream, a 
 			}
 			continue
 		}
-		if (!c.hold || n > 0) && c.flush() != nil {
+		replayDone := p.ReplayDone(cursor, resume.Stream{LastSeq: rec.LastSeq, Terminal: rec.Terminal})
+		if replayDone || rec.Terminal && cursor >= rec.LastSeq {
+			// This stream ends here. What is buffered is written by the
+			// next stream's first flush or, when the connection ends,
+			// when the handler returns, together with the response's
+			// end: one write for a quick call, not two.
+			if c.finish(); c.err != nil {
+				return nil, false
+			}
+		} else if (!c.hold || n > 0) && c.flush() != nil {
 			return nil, false
 		}
-		if p.ReplayDone(cursor, resume.Stream{LastSeq: rec.LastSeq, Terminal: rec.Terminal}) {
+		if replayDone {
 			if reason := p.ResetAfterDue(lastType); reason != "" {
 				c.reset(resume.Reset{Reason: reason, Stream: key, Generation: p.Generation})
 			}
@@ -345,6 +354,16 @@ func (c *sseConn) write() {
 		_, c.err = c.w.Write(c.buf)
 	}
 	c.buf = c.buf[:0]
+}
+
+// finish writes what is buffered when the connection ends; net/http
+// flushes it when the handler returns.
+func (c *sseConn) finish() {
+	if c.hold {
+		c.flush() // the stream's record must be durable before its cursor goes out
+		return
+	}
+	c.write()
 }
 
 func (c *sseConn) flush() error {
