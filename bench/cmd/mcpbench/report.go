@@ -332,7 +332,7 @@ func (r *results) writeMarkdown(cfg config) error {
 			}
 		}
 	}
-	fmt.Fprintf(&b, "\n## Goals\n\nIssue 6's goals, judged from the medians above (goals, not tests: nothing fails CI for being slow).\n\n")
+	fmt.Fprintf(&b, "\n## Goals\n\nThe performance goals (issues 6 and 14), judged from the medians above (goals, not tests: nothing fails CI for being slow).\n\n")
 	for i, row := range r.goalRows() {
 		fmt.Fprintf(&b, "| %s |\n", strings.Join(row, " | "))
 		if i == 0 {
