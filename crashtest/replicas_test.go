@@ -393,10 +393,8 @@ func runReplicaChaos(t *testing.T, run chaosRun) {
 	rs := newReplicaSet(t, replicas, ro)
 	ctx, cancel := context.WithTimeout(context.Background(), run.chaos+90*time.Second)
 	defer cancel()
-	st, codec := rs.sharedLog(ctx)
-
-	v := &violations{}
-	ids := &idBook{}
+	st, base, v := rs.sharedLog(ctx)
+	codec, ids := base.codec, base.ids // every client's checker shares them
 	clients := make([]*replicaClient, sessions)
 	for i := range clients {
 		sid, err := initialize(ctx, rs.url())
@@ -499,9 +497,9 @@ func runReplicaChaos(t *testing.T, run chaosRun) {
 	}
 }
 
-// sharedLog opens the replicas' Redis store and a checker under their
-// shared secret, for tests that look at the log and check events.
-func (rs *replicaSet) sharedLog(ctx context.Context) (*redisstore.Store, *resume.Codec) {
+// sharedLog opens the replicas' Redis store and a checker of events under
+// their shared secret, for tests that look at the log and check events.
+func (rs *replicaSet) sharedLog(ctx context.Context) (*redisstore.Store, *checker, *violations) {
 	rs.t.Helper()
 	st, err := redisstore.Open(ctx, redisstore.Options{URL: rs.redis.URL()})
 	if err != nil {
@@ -516,7 +514,28 @@ func (rs *replicaSet) sharedLog(ctx context.Context) (*redisstore.Store, *resume
 	if err != nil {
 		rs.t.Fatal(err)
 	}
-	return st, codec
+	v := &violations{}
+	return st, &checker{codec: codec, ids: &idBook{}, v: v, data: map[string]string{}}, v
+}
+
+// startCall opens a session on replica p and starts a call of count events
+// intervalMS apart there, handing its first n events to k (which it binds
+// to the session). It returns the session, the call and its response.
+func startCall(ctx context.Context, t *testing.T, p *relayProc, k *checker, name string, count, intervalMS, n int) (string, *call, *http.Response) {
+	t.Helper()
+	sid, err := initialize(ctx, p.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.sid = sid
+	c := &call{name: name, count: count}
+	resp, err := do(ctx, p.url(), http.MethodPost, sessionHeaders(sid, ""), callBody(c.name, c.name, c.count, intervalMS))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST to the owner: %v %v", resp, err)
+	}
+	seen := 0
+	scan(resp, func(ev sse.Event) bool { k.handle(c, ev); seen++; return seen < n })
+	return sid, c, resp
 }
 
 // TestReplicasZombie pauses (SIGSTOP) the replica that owns a session in
@@ -531,22 +550,8 @@ func TestReplicasZombie(t *testing.T) {
 	a, b := rs.procs[0], rs.procs[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	st, codec := rs.sharedLog(ctx)
-	v := &violations{}
-	k := &checker{codec: codec, ids: &idBook{}, v: v, data: map[string]string{}}
-
-	sid, err := initialize(ctx, a.url())
-	if err != nil {
-		t.Fatal(err)
-	}
-	k.sid = sid
-	c := &call{name: "zombie-call", count: 400}
-	resp, err := do(ctx, a.url(), http.MethodPost, sessionHeaders(sid, ""), callBody(c.name, c.name, c.count, 20))
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("POST to the owner: %v %v", resp, err)
-	}
-	n := 0
-	scan(resp, func(ev sse.Event) bool { k.handle(c, ev); n++; return n < 6 })
+	st, k, v := rs.sharedLog(ctx)
+	sid, c, resp := startCall(ctx, t, a, k, "zombie-call", 400, 20, 6)
 	resp.Body.Close()
 
 	// Pause the owner past its lease.
@@ -563,7 +568,7 @@ func TestReplicasZombie(t *testing.T) {
 
 	// The client resumes on the other replica: it takes the session over
 	// and seals the call the paused owner was running.
-	resp, err = do(ctx, b.url(), http.MethodGet, sessionHeaders(sid, c.cursor), "")
+	resp, err := do(ctx, b.url(), http.MethodGet, sessionHeaders(sid, c.cursor), "")
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("resume on the other replica: %v %v", resp, err)
 	}
@@ -705,21 +710,8 @@ func TestReplicasSIGTERM(t *testing.T) {
 	a, b := rs.procs[0], rs.procs[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	st, codec := rs.sharedLog(ctx)
-	v := &violations{}
-	k := &checker{codec: codec, ids: &idBook{}, v: v, data: map[string]string{}}
-	sid, err := initialize(ctx, a.url())
-	if err != nil {
-		t.Fatal(err)
-	}
-	k.sid = sid
-	c := &call{name: "draining", count: 30}
-	resp, err := do(ctx, a.url(), http.MethodPost, sessionHeaders(sid, ""), callBody(c.name, c.name, c.count, 50))
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("POST: %v %v", resp, err)
-	}
-	n := 0
-	scan(resp, func(ev sse.Event) bool { k.handle(c, ev); n++; return n < 4 })
+	st, k, v := rs.sharedLog(ctx)
+	sid, c, resp := startCall(ctx, t, a, k, "draining", 30, 50, 4)
 	a.cmd.Process.Signal(syscall.SIGTERM)
 	retried := false
 	scan(resp, func(ev sse.Event) bool { k.handle(c, ev); retried = retried || ev.Retry > 0; return true })
