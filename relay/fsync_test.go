@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/mcprelay/mcprelay/eventlog"
+	"github.com/mcprelay/mcprelay/internal/mcptest"
 	"github.com/mcprelay/mcprelay/relay"
+	"github.com/mcprelay/mcprelay/resume"
 	"github.com/mcprelay/mcprelay/sse"
 )
 
@@ -139,4 +141,33 @@ func streamOf(t *testing.T, resp *http.Response) []sse.Event {
 		t.Fatalf("the call's stream did not end: %+v", evs)
 	}
 	return evs
+}
+
+// failingSyncStore is a syncCountingStore whose Sync fails (a disk that
+// stopped taking writes).
+type failingSyncStore struct{ *syncCountingStore }
+
+func (failingSyncStore) Sync(context.Context) error { return eventlog.ErrUnavailable }
+
+// TestUnsyncedStreamSyncFails: when a call's stream cannot be made durable
+// before its priming event, no cursor naming it goes out (a crash could
+// make it name nothing), and the client is not left with a stream that
+// ends without an answer: it gets the request-lost error under its id.
+func TestUnsyncedStreamSyncFails(t *testing.T) {
+	defer relay.SetPrimeDelay(time.Millisecond)()
+	store := failingSyncStore{&syncCountingStore{Memory: eventlog.NewMemory(eventlog.Retention{}), synced: map[string]int{}}}
+	e := newEnv(t, relay.Options{Store: store, SessionIdleTimeout: -1})
+	s := e.initialize("2025-11-25", "")
+	resp := s.post(`{"jsonrpc":"2.0","id":"slow-1","method":"tools/call","params":{"name":"block","arguments":{}}}`)
+	evs, ended := events(t, resp, 0, 10*time.Second)
+	if !ended {
+		t.Fatalf("the stream did not end: %+v", evs)
+	}
+	if len(evs) != 1 || evs[0].ID != "" {
+		t.Fatalf("events %+v, want one event without an id", evs)
+	}
+	m := mcptest.Decode(t, evs[0].Data)
+	if string(m.ID) != `"slow-1"` || m.Error == nil || m.Error.Code != resume.CodeRequestLost {
+		t.Fatalf("event %s, want the request-lost error for slow-1", evs[0].Data)
+	}
 }

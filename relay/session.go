@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -316,6 +318,18 @@ func (h *Handler) makeDurable(ctx context.Context, st *stream) error {
 	return nil
 }
 
+// pendingIDs returns the ids of the requests st still awaits (none for a
+// nil stream).
+func (st *stream) pendingIDs() []json.RawMessage {
+	if st == nil {
+		return nil
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	ids := slices.Collect(maps.Values(st.pending))
+	return ids
+}
+
 // liveStream returns the in-memory stream for key, or nil.
 func (h *Handler) liveStream(key string) *stream {
 	h.mu.Lock()
@@ -427,10 +441,7 @@ func (h *Handler) loseStream(st *stream, reason resume.Reason, msg string) {
 		st.mu.Unlock()
 		return
 	}
-	ids := make([]json.RawMessage, 0, len(st.pending))
-	for _, id := range st.pending {
-		ids = append(ids, id)
-	}
+	ids := slices.Collect(maps.Values(st.pending))
 	st.mu.Unlock()
 	evs := []eventlog.Event{{Type: resume.EventReset, Data: resume.Reset{Reason: reason, Stream: st.skey, Generation: st.gen, Lost: ids}.Marshal()}}
 	code := resume.CodeRequestLost

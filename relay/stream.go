@@ -75,10 +75,17 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, s *session
 		c.hold = true
 		c.durable = func() error {
 			err := h.makeDurable(r.Context(), st)
-			if err != nil && r.Context().Err() == nil {
-				// No cursor goes out that a crash could make name
-				// nothing: the client sees the stream end without one.
-				h.log.Error("syncing a call's stream before its priming event", logSession, s.id, logStream, p.Stream.String(), "err", err)
+			if err == nil || r.Context().Err() != nil {
+				return err
+			}
+			h.log.Error("syncing a call's stream before its priming event; the call is answered lost", logSession, s.id, logStream, p.Stream.String(), "err", err)
+			// No cursor goes out that a crash could make name nothing:
+			// the client gets the request-lost error, without an event
+			// ID, instead of a stream that ends with no answer.
+			c.buf = c.buf[:0]
+			for _, id := range st.pendingIDs() {
+				c.buf = sse.AppendEvent(c.buf, sse.Event{Data: errorResponse(id, resume.CodeRequestLost,
+					"mcprelay: request lost: the event log could not record its stream", resume.ReasonBackendLost)})
 			}
 			return err
 		}
@@ -369,10 +376,18 @@ func (c *sseConn) finish() {
 func (c *sseConn) flush() error {
 	if c.hold {
 		// A cursor naming the stream is about to go out without an
-		// event: the stream's record must be durable first.
+		// event: the stream's record must be durable first. If it
+		// cannot be made so, durable replaced the buffer with what may
+		// go out instead, and the connection ends.
 		c.hold = false
 		if c.err == nil {
-			c.err = c.durable()
+			if err := c.durable(); err != nil {
+				c.write()
+				if c.err == nil {
+					c.rc.Flush()
+				}
+				c.err = err
+			}
 		}
 	}
 	c.write()
