@@ -40,7 +40,7 @@ func TestUpstreamHeadersAcrossReplicas(t *testing.T) {
 		{name: "forward authorization", forward: true, before: "Bearer t1|k", after: "Bearer t3|k"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			seen := &mcptest.HeaderRecorder{H: backend.SDKHandler(exampleserver.New(nil), nil), Names: []string{"Authorization", "X-Api-Key"}}
+			seen := &mcptest.HeaderRecorder{H: backend.SDKHandler(exampleserver.New(nil), nil), Names: []string{"Authorization", "X-Api-Key", "Mcp-Session-Id"}}
 			be := httptest.NewServer(seen)
 			t.Cleanup(be.Close) // after the replicas (cleanups run last first)
 			prefix := fmt.Sprintf("hdr%d", time.Now().UnixNano())
@@ -98,20 +98,28 @@ func TestUpstreamHeadersAcrossReplicas(t *testing.T) {
 					t.Fatalf("tools/call through %s: %s %s", url, resp.Status, b)
 				}
 			}
-			check := func(when, want string) {
+			// check compares what the backend saw since the last check with
+			// want, but for requests of the backend sessions in skip (a
+			// previous owner's, which keeps the token it was created with
+			// until it is closed). It returns the backend sessions seen.
+			check := func(when, want string, skip map[string]bool) map[string]bool {
 				t.Helper()
 				got := seen.Take()
 				if len(got) == 0 {
 					t.Fatalf("%s: the backend saw nothing", when)
 				}
+				sessions := map[string]bool{}
 				for _, g := range got {
-					if g.Method == "DELETE" {
-						continue // the previous owner's session, discarded: no client request to take a token from
+					auth, key, bsid := g.Values[0], g.Values[1], g.Values[2]
+					sessions[bsid] = bsid != ""
+					if g.Method == "DELETE" || skip[bsid] {
+						continue // a previous owner's session (or its discarding): not this request's
 					}
-					if v := strings.Join(g.Values, "|"); v != want {
-						t.Errorf("%s: the backend saw %s %q, want %q", when, g.Method, v, want)
+					if v := auth + "|" + key; v != want {
+						t.Errorf("%s: the backend saw %s %q (backend session %q), want %q", when, g.Method, v, bsid, want)
 					}
 				}
+				return sessions
 			}
 
 			resp := post(srvA.URL, "", "Bearer t1", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
@@ -125,7 +133,7 @@ func TestUpstreamHeadersAcrossReplicas(t *testing.T) {
 				t.Fatalf("initialized: %s", r.Status)
 			}
 			call(srvB.URL, sid, "Bearer t2") // forwarded to A
-			check("created on A, called through B", tc.before)
+			onA := check("created on A, called through B", tc.before, nil)
 
 			// A goes away (its leases lapse); B takes the session over.
 			a.Close()
@@ -146,7 +154,7 @@ func TestUpstreamHeadersAcrossReplicas(t *testing.T) {
 				time.Sleep(100 * time.Millisecond)
 			}
 			call(srvB.URL, sid, "Bearer t4")
-			check("taken over by B", tc.after)
+			check("taken over by B", tc.after, onA)
 		})
 	}
 }
