@@ -147,6 +147,16 @@ type Reply interface {
 	Close() error
 }
 
+// Buffered is implemented by replies that may already hold the backend's
+// next message (an in-process handler that had finished its answer before
+// Call returned, a stdio child that had answered). TryNext returns it
+// without waiting on the backend, or ok false: then Next must be called,
+// and may wait. The relay logs a quick call's answer from the client's own
+// goroutine that way, with no goroutine of its own.
+type Buffered interface {
+	TryNext() (msg []byte, ok bool)
+}
+
 // Stateless is implemented by connectors that serve stateless (2026-07-28)
 // requests, which carry no session: the connector answers w itself. The
 // client closing its connection (r's context) cancels the request, as that

@@ -295,27 +295,17 @@ func (s *httpSession) Call(ctx context.Context, msg []byte, ids []json.RawMessag
 // of the connector's, recording the client's in r. s.mu is held.
 func (s *httpSession) rewriteLocked(msg []byte, r *httpReply) ([]byte, error) {
 	one := func(m []byte) ([]byte, error) {
-		ids := wire.ResponseIDs(m, nil) // a response (answer to a server request) has no method
-		if len(ids) > 0 {
-			return m, nil
+		head, ok := wire.ReadHead(m)
+		if !ok {
+			return nil, errors.New("backend: call: not a JSON-RPC message it can read")
 		}
-		var head struct {
-			ID     json.RawMessage `json:"id"`
-			Method string          `json:"method"`
-		}
-		if err := json.Unmarshal(m, &head); err != nil {
-			return nil, fmt.Errorf("backend: call: %w", err)
-		}
-		client := wire.IDKey(head.ID)
-		if head.Method == "" || len(client) == 0 {
-			return m, nil // a notification
+		client := wire.IDKey(head.ID(m))
+		if !head.Method || len(client) == 0 {
+			return m, nil // a notification, or a response to a server's request
 		}
 		s.nextID++
 		own := json.RawMessage(`"mcprelay-` + strconv.FormatUint(s.nextID, 10) + `"`)
-		out, ok := wire.ReplaceID(m, own)
-		if !ok {
-			return nil, errors.New("backend: call: request id not found")
-		}
+		out := head.ReplaceID(m, own)
 		r.orig[string(own)] = client
 		r.ownIDs = append(r.ownIDs, string(own))
 		if s.inflightIDs == nil {

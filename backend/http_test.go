@@ -3,6 +3,7 @@ package backend_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -162,5 +163,85 @@ func TestGETStreamOpensOnListen(t *testing.T) {
 				t.Fatalf("%d GETs after Listen, want 1", n)
 			}
 		})
+	}
+}
+
+// TestBufferedReply: a call an in-process backend answered before Call
+// returned is read without waiting (backend.Buffered), under the client's
+// id; a streaming answer is not.
+func TestBufferedReply(t *testing.T) {
+	release := make(chan struct{})
+	srv := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Params struct {
+				Name string `json:"name"`
+			} `json:"params"`
+		}
+		json.NewDecoder(r.Body).Decode(&m)
+		switch {
+		case m.Method == "initialize":
+			w.Header().Set("Mcp-Session-Id", "s1")
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"x","version":"1"}}}`, m.ID)
+		case m.Params.Name == "quick":
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"quick":true}}`, m.ID)
+		case m.Params.Name == "slow":
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprint(w, "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":1,\"progress\":1}}\n\n")
+			w.(http.Flusher).Flush()
+			<-release
+			fmt.Fprintf(w, "data: {\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{}}\n\n", m.ID)
+		default:
+			w.WriteHeader(http.StatusAccepted)
+		}
+	})
+	s, _, err := backend.Handler(srv).Open(t.Context(), backend.Init{
+		Request: []byte(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Notify(t.Context(), []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)); err != nil {
+		t.Fatal(err)
+	}
+
+	r, err := s.Call(t.Context(), []byte(`{"jsonrpc":"2.0","id":"c-1","method":"tools/call","params":{"name":"quick"}}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	b, ok := r.(backend.Buffered)
+	if !ok {
+		t.Fatal("an HTTP reply does not implement backend.Buffered")
+	}
+	m, ok := b.TryNext()
+	if !ok || string(m) != `{"jsonrpc":"2.0","id":"c-1","result":{"quick":true}}` {
+		t.Fatalf("TryNext = %s %v, want the answer under the client's id", m, ok)
+	}
+	if m, ok := b.TryNext(); ok {
+		t.Fatalf("TryNext after the answer = %s", m)
+	}
+	if m, err := r.Next(); err != io.EOF {
+		t.Fatalf("Next after the answer = %s %v, want io.EOF", m, err)
+	}
+
+	r, err = s.Call(t.Context(), []byte(`{"jsonrpc":"2.0","id":"c-2","method":"tools/call","params":{"name":"slow"}}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if m, ok := r.(backend.Buffered).TryNext(); ok {
+		t.Fatalf("TryNext on a streaming answer = %s", m)
+	}
+	close(release)
+	for _, want := range []string{`"notifications/progress"`, `"id":"c-2"`} {
+		m, err := r.Next()
+		if err != nil || !strings.Contains(string(m), want) {
+			t.Fatalf("Next = %s %v, want %s", m, err, want)
+		}
 	}
 }

@@ -16,11 +16,14 @@ import (
 // calling h.ServeHTTP in a new goroutine: no socket, no serialization beyond
 // the request and response bodies.
 //
-// Responses stream: the *http.Response is returned as soon as the handler
-// writes its header (explicitly, by a first Write, or by a Flush), and its
-// Body yields what the handler writes as it writes it. Closing the Body, or
-// cancelling the request's context, cancels the context the handler sees and
-// makes its further writes fail, as a closed TCP connection would.
+// The response goes out when net/http's server would send it: at the
+// handler's first Flush, when its 32 KiB buffer fills, or when it returns.
+// A handler that returns first hands over its whole answer in memory: no
+// goroutine hand-off for the body, and [Buffered] tells it. Otherwise the
+// response streams: its Body yields what the handler writes as it flushes.
+// Closing the Body, or cancelling the request's context, cancels the context
+// the handler sees and makes its further writes fail, as a closed TCP
+// connection would.
 func InProcess(h http.Handler) http.RoundTripper {
 	return inProcess{h}
 }
@@ -64,13 +67,21 @@ func (t inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
 				} else {
 					pw.CloseWithError(fmt.Errorf("backend: in-process handler panicked: %v", p))
 				}
-				w.sendHeader(http.StatusInternalServerError)
+				if !w.sent {
+					w.code, w.snap = http.StatusInternalServerError, make(http.Header)
+				}
+				w.sendHeader(w.body)
 				cancel(errClientGone)
 				return
 			}
-			w.sendHeader(http.StatusOK)
-			w.flushBuf()
-			pw.Close()
+			if w.sent {
+				w.flushBuf()
+				pw.Close()
+			} else {
+				// Finished before anything went out: the whole answer
+				// is in buf.
+				w.sendHeader(&memBody{data: w.buf, cancel: cancel})
+			}
 			cancel(errClientGone)
 		}()
 		t.h.ServeHTTP(w, sreq)
@@ -100,6 +111,10 @@ type pipeWriter struct {
 	request *http.Request
 	body    *pipeBody
 
+	code int         // the status the handler set; 0 before
+	snap http.Header // the header as it was when the status was set
+	sent bool        // the response went to the caller (only the handler's goroutine reads it)
+
 	once  sync.Once
 	ready chan struct{}
 	resp  *http.Response
@@ -111,30 +126,42 @@ type pipeWriter struct {
 
 func (w *pipeWriter) Header() http.Header { return w.header }
 
+// WriteHeader sets the status and takes the header as it is now, as
+// net/http's does; both go out with the response.
 func (w *pipeWriter) WriteHeader(code int) {
 	if code >= 100 && code < 200 {
 		return // informational responses are not forwarded
 	}
-	w.sendHeader(code)
+	if w.code == 0 {
+		w.code = code
+		w.snap = w.header.Clone()
+	}
 }
 
-func (w *pipeWriter) sendHeader(code int) {
+// sendHeader hands the response to the caller, with body.
+func (w *pipeWriter) sendHeader(body io.ReadCloser) {
+	w.sent = true
 	w.once.Do(func() {
-		h := w.header.Clone()
+		if w.code == 0 {
+			w.WriteHeader(http.StatusOK)
+		}
+		h := w.snap
 		cl := int64(-1)
 		if v := h.Get("Content-Length"); v != "" {
 			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
 				cl = n
 			}
+		} else if mb, ok := body.(*memBody); ok {
+			cl = int64(len(mb.data))
 		}
 		w.resp = &http.Response{
-			Status:        fmt.Sprintf("%d %s", code, http.StatusText(code)),
-			StatusCode:    code,
+			Status:        fmt.Sprintf("%d %s", w.code, http.StatusText(w.code)),
+			StatusCode:    w.code,
 			Proto:         "HTTP/1.1",
 			ProtoMajor:    1,
 			ProtoMinor:    1,
 			Header:        h,
-			Body:          w.body,
+			Body:          body,
 			ContentLength: cl,
 			Request:       w.request,
 		}
@@ -147,7 +174,9 @@ func (w *pipeWriter) sendHeader(code int) {
 // handoff through the pipe per Write would cost a goroutine switch for
 // every small write a handler makes.
 func (w *pipeWriter) Write(p []byte) (int, error) {
-	w.sendHeader(http.StatusOK)
+	if w.code == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
 	if w.err == nil && w.ctx.Err() != nil {
 		w.err = errClientGone // the caller closed the body or gave up
 	}
@@ -155,6 +184,7 @@ func (w *pipeWriter) Write(p []byte) (int, error) {
 		return 0, w.err
 	}
 	if len(w.buf)+len(p) > writeBufSize {
+		w.sendHeader(w.body)
 		if err := w.flushBuf(); err != nil {
 			return 0, err
 		}
@@ -190,14 +220,14 @@ func (w *pipeWriter) flushBuf() error {
 
 // Flush sends the header if it was not sent yet, and what was written.
 func (w *pipeWriter) Flush() {
-	w.sendHeader(http.StatusOK)
+	w.sendHeader(w.body)
 	w.flushBuf()
 }
 
 // FlushError is Flush reporting a gone reader (http.ResponseController
 // uses it).
 func (w *pipeWriter) FlushError() error {
-	w.sendHeader(http.StatusOK)
+	w.sendHeader(w.body)
 	return w.flushBuf()
 }
 
@@ -218,4 +248,35 @@ func (b *pipeBody) Close() error {
 	b.cancel(errClientGone)
 	b.pr.CloseWithError(errClientGone)
 	return nil
+}
+
+// memBody is the whole answer of a handler that returned before it flushed.
+type memBody struct {
+	data   []byte
+	off    int
+	cancel context.CancelCauseFunc
+}
+
+func (b *memBody) Read(p []byte) (int, error) {
+	if b.off >= len(b.data) {
+		return 0, io.EOF
+	}
+	n := copy(p, b.data[b.off:])
+	b.off += n
+	return n, nil
+}
+
+func (b *memBody) Close() error {
+	b.cancel(errClientGone)
+	return nil
+}
+
+// inMemory reports whether body is an in-process handler's whole answer,
+// read without waiting on anybody.
+func inMemory(body io.ReadCloser) bool {
+	if cb, ok := body.(*cancelBody); ok {
+		body = cb.ReadCloser
+	}
+	_, ok := body.(*memBody)
+	return ok
 }

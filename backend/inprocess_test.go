@@ -129,3 +129,71 @@ func TestInProcessFastHandler(t *testing.T) {
 		}
 	}
 }
+
+// TestInProcessHeaderWaitsForFlush: as with net/http's server, nothing goes
+// out before the handler flushes, fills its buffer or returns; a handler
+// that returns first hands its whole answer over in memory.
+func TestInProcessHeaderWaitsForFlush(t *testing.T) {
+	step := make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		io.WriteString(w, "held\n")
+		<-step
+		w.Header().Set("X-Late", "ignored") // after WriteHeader: not sent, as with net/http
+		w.(http.Flusher).Flush()
+		io.WriteString(w, "after\n")
+	})
+	got := make(chan *http.Response, 1)
+	go func() {
+		resp, err := InProcess(h).RoundTrip(httptestRequest(t))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- resp
+	}()
+	select {
+	case <-got:
+		t.Fatal("the response came before the handler flushed")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(step)
+	resp := <-got
+	if resp == nil {
+		t.FailNow()
+	}
+	defer resp.Body.Close()
+	if inMemory(resp.Body) {
+		t.Error("a flushed response is in memory: it streams")
+	}
+	if resp.Header.Get("X-Late") != "" {
+		t.Error("a header set after WriteHeader went out")
+	}
+	if b, err := io.ReadAll(resp.Body); err != nil || string(b) != "held\nafter\n" {
+		t.Fatalf("body %q, %v", b, err)
+	}
+
+	resp, err := InProcess(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"a":`)
+		io.WriteString(w, `1}`)
+	})).RoundTrip(httptestRequest(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if !inMemory(resp.Body) || resp.ContentLength != 7 || resp.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("a finished answer: in memory %v, length %d, type %q", inMemory(resp.Body), resp.ContentLength, resp.Header.Get("Content-Type"))
+	}
+	if b, err := io.ReadAll(resp.Body); err != nil || string(b) != `{"a":1}` {
+		t.Fatalf("body %q, %v", b, err)
+	}
+}
+
+func httptestRequest(t *testing.T) *http.Request {
+	req, err := http.NewRequestWithContext(t.Context(), "POST", "http://x/mcp", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
+}

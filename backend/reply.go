@@ -37,9 +37,12 @@ type httpReply struct {
 	body    io.ReadCloser              // nil between a broken stream and its resumption
 	sc      *sse.Scanner               // nil for a JSON body
 	jsonEnd bool                       // the JSON body was read
-	cursor  string                     // the backend's last event ID, kept across failed resumes
-	retry   time.Duration              // the backend's last retry field
-	attempt int                        // resumes tried in a row
+	mem     bool                       // body is an in-process handler's whole answer (TryNext reads it)
+	ended   bool                       // TryNext read the end of body; endErr is what read returned
+	endErr  error
+	cursor  string        // the backend's last event ID, kept across failed resumes
+	retry   time.Duration // the backend's last retry field
+	attempt int           // resumes tried in a row
 
 	mu     sync.Mutex // guards current and closed: Close comes from another goroutine
 	closed bool
@@ -58,6 +61,7 @@ func (r *httpReply) open(resp *http.Response) {
 	r.cur = resp.Body
 	r.mu.Unlock()
 	r.body = resp.Body
+	r.mem = inMemory(resp.Body)
 	r.sc, r.jsonEnd = nil, false
 	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct == "text/event-stream" {
 		r.sc = sse.NewScanner(resp.Body)
@@ -129,7 +133,13 @@ func (r *httpReply) Next() ([]byte, error) {
 			r.Close()
 			return nil, io.EOF
 		}
-		data, err := r.read()
+		var data []byte
+		var err error
+		if r.ended {
+			r.ended, err = false, r.endErr
+		} else {
+			data, err = r.read()
+		}
 		if data != nil {
 			return r.restoreIDs(data), nil
 		}
@@ -163,6 +173,21 @@ func (r *httpReply) Next() ([]byte, error) {
 			return nil, &Poll{Retry: r.retry}
 		}
 	}
+}
+
+// TryNext returns the next message when the body is an in-process
+// handler's whole answer ([Buffered]); at its end, Next says what the end
+// means.
+func (r *httpReply) TryNext() ([]byte, bool) {
+	if !r.mem || r.body == nil || r.ended || len(r.orig) == 0 || r.ctx.Err() != nil {
+		return nil, false
+	}
+	data, err := r.read()
+	if data == nil {
+		r.ended, r.endErr = true, err
+		return nil, false
+	}
+	return r.restoreIDs(data), true
 }
 
 // resume waits, then opens the backend's stream again from r.cursor.

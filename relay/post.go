@@ -370,7 +370,7 @@ func (h *Handler) forwardRequest(w http.ResponseWriter, r *http.Request, s *sess
 		}
 		s.inflight[st] = struct{}{}
 		s.mu.Unlock()
-		go h.pumpRequest(pctx, st, rep)
+		h.startPump(pctx, st, rep)
 	}
 	h.serveStream(w, r, s, resume.Tail(st.key, st.gen, 0), opensCall)
 }

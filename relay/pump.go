@@ -23,17 +23,39 @@ type routed struct {
 	ids  []json.RawMessage
 }
 
-// pumpRequest moves one call's reply into its stream's log until the
-// responses to all its requests. Most calls are answered by one message:
-// it is read and appended here. Only when more are to come does a reader
-// goroutine take messages from the backend while this one appends:
-// messages that arrive while an Append (and its fsync) is under way go
-// together into the next one, so a stream is not held to one fsync per
-// event. Disconnection of the client does not stop it (legacy era: only
+// startPump moves one call's reply into its stream's log until the
+// responses to all its requests. What the reply already holds
+// (backend.Buffered: an in-process handler that had finished, a stdio
+// child that had answered) is logged here, on the client's handler
+// goroutine, before the stream is served: a quick call then costs no
+// goroutine and no wake-up. What is still to come is pumped by a
+// goroutine, which outlives the client's connection (legacy era: only
 // notifications/cancelled cancels).
-func (h *Handler) pumpRequest(ctx context.Context, st *stream, rep backend.Reply) {
-	defer rep.Close()
+func (h *Handler) startPump(ctx context.Context, st *stream, rep backend.Reply) {
 	rr := newReplyReader(st, rep)
+	b, ok := rep.(backend.Buffered)
+	for ok && !rr.answered() && !st.isDone() {
+		var data []byte
+		if data, ok = b.TryNext(); ok {
+			h.deliverBatch(st, []eventlog.Event{{Data: data}}, [][]json.RawMessage{rr.route(data)})
+		}
+	}
+	if !ok {
+		go h.pump(ctx, st, rr)
+		return
+	}
+	rep.Close()
+	h.pumpEnded(ctx, st, nil)
+}
+
+// pump moves the rest of a reply into the log. Most calls are answered by
+// one message: it is read and appended here. Only when more are to come
+// does a reader goroutine take messages from the backend while this one
+// appends: messages that arrive while an Append (and its fsync) is under
+// way go together into the next one, so a stream is not held to one fsync
+// per event.
+func (h *Handler) pump(ctx context.Context, st *stream, rr *replyReader) {
+	defer rr.rep.Close()
 	m, rerr := rr.next()
 	if rerr == nil {
 		h.deliverBatch(st, []eventlog.Event{{Data: m.data}}, [][]json.RawMessage{m.ids})
@@ -41,6 +63,13 @@ func (h *Handler) pumpRequest(ctx context.Context, st *stream, rep backend.Reply
 			rerr = h.pumpRest(ctx, st, rr)
 		}
 	}
+	h.pumpEnded(ctx, st, rerr)
+}
+
+// pumpEnded ends a call's pumping: rerr is what reading the reply
+// returned. A stream that did not get every response is sealed, its
+// missing requests reported lost.
+func (h *Handler) pumpEnded(ctx context.Context, st *stream, rerr error) {
 	if st.isDone() || ctx.Err() != nil {
 		return
 	}
@@ -154,12 +183,17 @@ func (r *replyReader) next() (routed, error) {
 		case err != nil:
 			return routed{}, err
 		}
-		ids := wire.ResponseIDs(data, nil)
-		for _, id := range ids {
-			delete(r.want, wire.MatchKey(id))
-		}
-		return routed{data: data, ids: ids}, nil
+		return routed{data: data, ids: r.route(data)}, nil
 	}
+}
+
+// route returns the ids of the responses in data, noting them answered.
+func (r *replyReader) route(data []byte) []json.RawMessage {
+	ids := wire.ResponseIDs(data, nil)
+	for _, id := range ids {
+		delete(r.want, wire.MatchKey(id))
+	}
+	return ids
 }
 
 // deliverBatch appends backend messages to a request stream in one Append

@@ -538,10 +538,7 @@ func (r *reply) poke() {
 func (r *reply) Next() ([]byte, error) {
 	for {
 		r.s.mu.Lock()
-		if len(r.queue) > 0 {
-			m := r.queue[0]
-			r.queue[0] = nil
-			r.queue = r.queue[1:]
+		if m, ok := r.popLocked(); ok {
 			r.s.mu.Unlock()
 			return m, nil
 		}
@@ -555,6 +552,25 @@ func (r *reply) Next() ([]byte, error) {
 		}
 		<-r.wake
 	}
+}
+
+// TryNext returns the call's next message if the child has sent it
+// already (backend.Buffered).
+func (r *reply) TryNext() ([]byte, bool) {
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	return r.popLocked()
+}
+
+// popLocked takes the first queued message; r.s.mu is held.
+func (r *reply) popLocked() ([]byte, bool) {
+	if len(r.queue) == 0 {
+		return nil, false
+	}
+	m := r.queue[0]
+	r.queue[0] = nil
+	r.queue = r.queue[1:]
+	return m, true
 }
 
 var errReplyClosed = errors.New("stdio: reply closed")

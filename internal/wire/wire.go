@@ -231,42 +231,82 @@ func IDKey(id json.RawMessage) json.RawMessage {
 // top-level "id" value replaced by id, every other byte kept; ok is false
 // if msg has no id it can find that way.
 func ReplaceID(msg []byte, id []byte) (out []byte, ok bool) {
-	start, end, ok := idSpan(msg)
-	if !ok {
+	h, ok := ReadHead(msg)
+	if !ok || !h.HasID() {
 		return msg, false
 	}
-	out = make([]byte, 0, len(msg)-(end-start)+len(id))
-	out = append(out, msg[:start]...)
-	out = append(out, id...)
-	return append(out, msg[end:]...), true
+	return h.ReplaceID(msg, id), true
 }
 
-// idSpan returns where the top-level "id" value of one JSON object lies:
-// the last one, as encoding/json reads a key given twice.
-func idSpan(data []byte) (start, end int, ok bool) {
+// Head is where a JSON-RPC message's top-level id lies, and whether it has
+// a method: what a connector needs to give a request an id of its own.
+type Head struct {
+	idStart, idEnd int
+	// Method: a "method" member other than "" or null (a request or a
+	// notification, not a response).
+	Method bool
+}
+
+// HasID reports whether the message has an "id" member.
+func (h Head) HasID() bool { return h.idEnd > 0 }
+
+// ID returns the id's raw value (nil if none) in msg, the message h was
+// read from.
+func (h Head) ID(msg []byte) json.RawMessage {
+	if !h.HasID() {
+		return nil
+	}
+	return msg[h.idStart:h.idEnd]
+}
+
+// ReplaceID returns a copy of msg, the message h was read from, with its
+// id value replaced by id.
+func (h Head) ReplaceID(msg, id []byte) []byte {
+	out := make([]byte, 0, len(msg)-(h.idEnd-h.idStart)+len(id))
+	out = append(out, msg[:h.idStart]...)
+	out = append(out, id...)
+	return append(out, msg[h.idEnd:]...)
+}
+
+// ReadHead reads the top level of one JSON object, in one pass, for where
+// its "id" value lies (the last one, as encoding/json reads a key given
+// twice) and whether it has a method. ok is false if msg is not an object
+// it can read that way (an escaped key, a batch). It checks only the
+// structure it needs: msg is expected to be valid JSON.
+func ReadHead(data []byte) (h Head, ok bool) {
 	i := skipSpace(data, 0)
 	if i >= len(data) || data[i] != '{' {
-		return 0, 0, false
+		return Head{}, false
 	}
 	i = skipSpace(data, i+1)
+	if i < len(data) && data[i] == '}' {
+		return Head{}, true
+	}
 	for i < len(data) && data[i] == '"' {
 		kend := skipString(data, i)
 		if kend < 0 {
-			return 0, 0, false
+			return Head{}, false
 		}
 		key := data[i+1 : kend-1]
+		if bytes.IndexByte(key, '\\') >= 0 {
+			return Head{}, false // an escaped key: not read this way
+		}
 		i = skipSpace(data, kend)
 		if i >= len(data) || data[i] != ':' {
-			return 0, 0, false
+			return Head{}, false
 		}
 		i = skipSpace(data, i+1)
 		vstart := i
 		i = skipValue(data, i)
 		if i < 0 {
-			return 0, 0, false
+			return Head{}, false
 		}
-		if string(key) == "id" {
-			start, end, ok = vstart, i, true
+		switch string(key) {
+		case "id":
+			h.idStart, h.idEnd = vstart, i
+		case "method":
+			v := string(data[vstart:i])
+			h.Method = v != `""` && v != "null"
 		}
 		i = skipSpace(data, i)
 		if i < len(data) && data[i] == ',' {
@@ -274,9 +314,9 @@ func idSpan(data []byte) (start, end int, ok bool) {
 			continue
 		}
 		if i < len(data) && data[i] == '}' {
-			return start, end, ok
+			return h, true
 		}
 		break
 	}
-	return 0, 0, false
+	return Head{}, false
 }

@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -140,4 +141,64 @@ func FuzzReplaceID(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzReadHead: on any object encoding/json reads, ReadHead finds the id
+// encoding/json finds and tells a method as it does.
+func FuzzReadHead(f *testing.F) {
+	for _, s := range routeSeeds {
+		f.Add(s)
+	}
+	f.Add(`{"id":1,"method":"m","id":2}`)
+	f.Add(`{"method":"m","method":""}`)
+	f.Add(`{"method":null,"id":"x"}`)
+	f.Fuzz(func(t *testing.T, data string) {
+		h, ok := ReadHead([]byte(data))
+		var ref struct {
+			ID     json.RawMessage `json:"id"`
+			Method *string         `json:"method"`
+		}
+		var obj map[string]json.RawMessage
+		if !ok || json.Unmarshal([]byte(data), &obj) != nil || json.Unmarshal([]byte(data), &ref) != nil {
+			return // not read, or not a message encoding/json reads: nothing promised
+		}
+		for k := range obj {
+			if strings.EqualFold(k, "id") && k != "id" || strings.EqualFold(k, "method") && k != "method" {
+				return // encoding/json matches keys without regard to case
+			}
+		}
+		if got := h.ID([]byte(data)); string(got) != string(ref.ID) {
+			t.Fatalf("ReadHead(%q): id %s, encoding/json %s", data, got, ref.ID)
+		}
+		if want := ref.Method != nil && *ref.Method != ""; h.Method != want {
+			t.Fatalf("ReadHead(%q): method %v, encoding/json %v", data, h.Method, want)
+		}
+	})
+}
+
+func TestReadHead(t *testing.T) {
+	tests := []struct {
+		in     string
+		id     string
+		method bool
+		ok     bool
+	}{
+		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"id":9,"method":"x"}}`, `1`, true, true},
+		{`{"method":"tools/call","params":{},"id":"a"}`, `"a"`, true, true},
+		{`{"jsonrpc":"2.0","method":"notifications/initialized"}`, ``, true, true},
+		{`{"jsonrpc":"2.0","id":3,"result":{}}`, `3`, false, true},
+		{`{"id":1,"method":""}`, `1`, false, true},
+		{`{"id":1,"id":2,"method":"m"}`, `2`, true, true},
+		{` { "id" : 4 , "method" : "m" } `, `4`, true, true},
+		{`{}`, ``, false, true},
+		{`[{"id":1,"method":"m"}]`, ``, false, false},
+		{`{"id":1,"method":"m"`, ``, false, false},
+		{`{"i\u0064":1,"method":"m"}`, ``, false, false},
+	}
+	for _, tt := range tests {
+		h, ok := ReadHead([]byte(tt.in))
+		if ok != tt.ok || ok && (string(h.ID([]byte(tt.in))) != tt.id || h.Method != tt.method) {
+			t.Errorf("ReadHead(%s) = id %s method %v ok %v, want %s %v %v", tt.in, h.ID([]byte(tt.in)), h.Method, ok, tt.id, tt.method, tt.ok)
+		}
+	}
 }
