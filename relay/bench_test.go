@@ -3,6 +3,7 @@ package relay_test
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -150,6 +151,84 @@ func BenchmarkIdleSessions(b *testing.B) {
 				b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "heapB/session")
 				b.ReportMetric(float64(runtime.NumGoroutine()-g0)/n, "goroutines/session")
 			}
+		})
+	}
+}
+
+// answerBackend is the least a Streamable HTTP MCP server can be: every
+// request is answered at once with a JSON result (initialize with a
+// session ID), notifications with 202. In front of it the relay's own cost
+// per call shows, as peers.Minimal shows it in mcpbench.
+func answerBackend() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			return
+		}
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		if body, err := io.ReadAll(r.Body); err != nil || json.Unmarshal(body, &m) != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		if len(m.ID) == 0 {
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+		result := `{"content":[{"type":"text","text":"ok"}]}`
+		if m.Method == "initialize" {
+			w.Header().Set("Mcp-Session-Id", "s1")
+			result = `{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"answer","version":"1"}}`
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":%s}`, m.ID, result)
+	})
+}
+
+// BenchmarkRoundTrip measures tools/call round trips from concurrent
+// sessions (one per goroutine) over loopback: the SDK server reached
+// directly (the baseline), through the relay, and the relay in front of
+// answerBackend (its own cost). allocs/op counts the client's too, the
+// same for every target.
+//
+//	go test -run '^$' -bench RoundTrip -benchmem -count 6 ./relay/
+func BenchmarkRoundTrip(b *testing.B) {
+	targets := []struct {
+		name string
+		url  func(b *testing.B) string
+	}{
+		{"sdk-direct", func(b *testing.B) string { return benchTarget(b, false) }},
+		{"via-relay", func(b *testing.B) string { return benchTarget(b, true) }},
+		{"via-relay-answer", func(b *testing.B) string {
+			rh, err := relay.New(relay.Options{Backend: backend.Handler(answerBackend())})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { rh.Close() })
+			srv := httptest.NewServer(rh)
+			b.Cleanup(srv.Close)
+			return srv.URL
+		}},
+	}
+	for _, tg := range targets {
+		b.Run(tg.name, func(b *testing.B) {
+			url := tg.url(b)
+			b.ReportAllocs()
+			b.SetParallelism(4)
+			b.RunParallel(func(pb *testing.PB) {
+				sid := benchSession(b, url)
+				for pb.Next() {
+					resp := benchPost(b, url, sid, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"count","arguments":{"n":0}}}`)
+					body, err := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if err != nil || resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte(`"result"`)) {
+						b.Errorf("status %d, %v: %s", resp.StatusCode, err, body)
+						return
+					}
+				}
+			})
 		})
 	}
 }
