@@ -237,6 +237,38 @@ func TestReadTreeMem(t *testing.T) {
 	}
 }
 
+// TestReadTreeCPU: a child that spins counts with its parent.
+func TestReadTreeCPU(t *testing.T) {
+	before, err := load.ReadTreeCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", "-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; sleep 60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	var child time.Duration
+	for deadline := time.Now().Add(20 * time.Second); child < 50*time.Millisecond; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the spinning child used %v of CPU in 20 s", child)
+		}
+		if child, err = load.ReadTreeCPU(cmd.Process.Pid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after, err := load.ReadTreeCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after-before < child {
+		t.Errorf("the tree used %v more while its child alone used %v", after-before, child)
+	}
+	if _, err := load.ReadTreeCPU(1 << 30); err == nil {
+		t.Error("a process that does not exist has a CPU time")
+	}
+}
+
 func TestResumeWithoutReplay(t *testing.T) {
 	// NoGET: resumption is answered 405, so there is nothing to measure.
 	c := newServer(t, peers.Minimal(peers.MinimalOptions{NoGET: true}))

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // TreeMem is the resident memory of a process and all its descendants.
@@ -17,30 +18,10 @@ type TreeMem struct {
 }
 
 // ReadTreeMem sums VmRSS (/proc/PID/status) over pid and every process
-// descending from it, found by parent pid (/proc/*/stat), so that children
-// in process groups of their own (a stdio server per session) count too.
-// Linux only.
+// descending from it (see tree). Linux only.
 func ReadTreeMem(pid int) (TreeMem, error) {
-	stats, err := filepath.Glob("/proc/[0-9]*/stat")
-	if err != nil {
-		return TreeMem{}, err
-	}
-	children := map[int][]int{}
-	for _, f := range stats {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue // exited meanwhile
-		}
-		p, pp, ok := parseStat(b)
-		if ok {
-			children[pp] = append(children[pp], p)
-		}
-	}
 	var m TreeMem
-	todo := []int{pid}
-	for len(todo) > 0 {
-		p := todo[len(todo)-1]
-		todo = todo[:len(todo)-1]
+	for _, p := range tree(pid) {
 		rss, err := vmRSS(p)
 		if err != nil {
 			if p == pid {
@@ -53,9 +34,79 @@ func ReadTreeMem(pid int) (TreeMem, error) {
 		}
 		m.RSS += rss
 		m.Procs++
-		todo = append(todo, children[p]...)
 	}
 	return m, nil
+}
+
+// ReadTreeCPU sums the CPU time (user and system, /proc/PID/stat) that pid
+// and every process descending from it have used so far. Linux only.
+func ReadTreeCPU(pid int) (time.Duration, error) {
+	var total time.Duration
+	for _, p := range tree(pid) {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/stat")
+		var d time.Duration
+		var ok bool
+		if err == nil {
+			d, ok = statCPU(b)
+		}
+		if !ok {
+			if p == pid {
+				return 0, fmt.Errorf("load: CPU time of process %d: %v", pid, err)
+			}
+			continue
+		}
+		total += d
+	}
+	return total, nil
+}
+
+// tree returns pid and every process descending from it, found by parent
+// pid (/proc/*/stat), so that children in process groups of their own (a
+// stdio server per session) count too.
+func tree(pid int) []int {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	children := map[int][]int{}
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // exited meanwhile
+		}
+		p, pp, ok := parseStat(b)
+		if ok {
+			children[pp] = append(children[pp], p)
+		}
+	}
+	var all []int
+	todo := []int{pid}
+	for len(todo) > 0 {
+		p := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		all = append(all, p)
+		todo = append(todo, children[p]...)
+	}
+	return all
+}
+
+// userHZ is the unit of the times in /proc/PID/stat (USER_HZ, 100 on
+// every Linux architecture's user ABI).
+const userHZ = 100
+
+// statCPU reads utime + stime (fields 14 and 15) of a /proc/PID/stat line.
+func statCPU(b []byte) (time.Duration, bool) {
+	end := bytes.LastIndexByte(b, ')')
+	if end < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[end+1:]))
+	if len(f) < 13 {
+		return 0, false
+	}
+	ut, err1 := strconv.ParseUint(f[11], 10, 64)
+	st, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return time.Duration(ut+st) * time.Second / userHZ, true
 }
 
 // parseStat reads the pid and parent pid of a /proc/PID/stat line: "pid

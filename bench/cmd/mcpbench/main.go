@@ -57,6 +57,7 @@ type config struct {
 	benchDir           string
 	timeout            time.Duration
 	cpuprofile         string
+	blockprofile       string
 	memprofile         string
 	jsonOut, mdOut     string
 	mdAppend           string
@@ -97,6 +98,7 @@ func run(args []string) error {
 	fs.StringVar(&cfg.benchDir, "bench-dir", ".", "the bench module's directory (supergateway: node/ and peers/node/)")
 	fs.DurationVar(&cfg.timeout, "timeout", 2*time.Minute, "bound on each workload run")
 	fs.StringVar(&cfg.cpuprofile, "cpuprofile", "", "write each server process's CPU profile to PREFIX.TARGET.PHASE.pprof (last run wins)")
+	fs.StringVar(&cfg.blockprofile, "blockprofile", "", "write each server process's block and mutex profiles to PREFIX.TARGET.PHASE.{block,mutex}.pprof (last run wins; sampling slows the server)")
 	fs.StringVar(&cfg.memprofile, "memprofile", "", "write each server process's heap profile with the idle sessions and streams open to PREFIX.TARGET.idle.heap.pprof")
 	fs.StringVar(&cfg.jsonOut, "json", "", "write results as JSON to this file (- for stdout)")
 	fs.StringVar(&cfg.mdOut, "md", "", "write the Markdown report (docs/performance.md) to this file")
@@ -114,7 +116,7 @@ func run(args []string) error {
 		return serveStdioChild()
 	}
 	if *serve != "" {
-		return serveTarget(*serve, *addr, cfg.cpuprofile, cfg.server)
+		return serveTarget(*serve, *addr, profiles{cpu: cfg.cpuprofile, block: cfg.blockprofile}, cfg.server)
 	}
 	if *renderJSON != "" {
 		return render(*renderJSON, cfg)
@@ -280,6 +282,9 @@ func startServer(exe string, cfg config, name, phase string) (*server, error) {
 	if cfg.cpuprofile != "" {
 		args = append(args, "-cpuprofile", cfg.cpuprofile+"."+name+"."+phase+".pprof")
 	}
+	if cfg.blockprofile != "" {
+		args = append(args, "-blockprofile", cfg.blockprofile+"."+name+"."+phase)
+	}
 	cmd := exec.Command(exe, args...)
 	if cfg.verbose {
 		cmd.Stderr = os.Stderr
@@ -328,6 +333,9 @@ func (s *server) stop() {
 // children (stdio servers), for the mem workload.
 func (s *server) treeMem() (load.TreeMem, error) { return load.ReadTreeMem(s.cmd.Process.Pid) }
 
+// treeCPU reads the CPU time the server process and its children used.
+func (s *server) treeCPU() (time.Duration, error) { return load.ReadTreeCPU(s.cmd.Process.Pid) }
+
 // failer records a workload's failure in res (and logs it with -v).
 func failer(res *results, cfg config, run int, name string) func(workload string, err error) {
 	return func(w string, err error) {
@@ -366,13 +374,21 @@ func runTarget(exe string, cfg config, run int, name string, res *results) {
 		if cfg.has("rt") {
 			cfg.logf("run %d %s rt", run+1, name)
 			ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
+			cpu0, cerr := srv.treeCPU()
 			r, err := load.RoundTrips(ctx, c, cfg.rtSessions, cfg.rtDuration)
+			cpu1, cerr1 := srv.treeCPU()
 			cancel()
 			if err != nil {
 				fail("rt", err)
 			} else {
-				res.add(name, "rt", map[string]float64{
-					"rt_per_s": r.PerSec, "rt_p50_ms": ms(r.P50), "rt_p99_ms": ms(r.P99), "rt_errors": float64(r.Errors)})
+				m := map[string]float64{
+					"rt_per_s": r.PerSec, "rt_p50_ms": ms(r.P50), "rt_p99_ms": ms(r.P99), "rt_errors": float64(r.Errors)}
+				if cerr == nil && cerr1 == nil && r.Calls > 0 {
+					// The server's CPU per call (its sessions' setup
+					// included): steadier than rt/s on a shared machine.
+					m["rt_cpu_us"] = float64((cpu1-cpu0)/time.Microsecond) / float64(r.Calls)
+				}
+				res.add(name, "rt", m)
 			}
 		}
 		streams := func(w string, k, n int) {

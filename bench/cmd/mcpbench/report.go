@@ -130,6 +130,7 @@ var tables = []table{
 		{metric: "rt_per_s", head: "rt/s", format: num, ratio: true},
 		{metric: "rt_p50_ms", head: "p50 ms", format: msf},
 		{metric: "rt_p99_ms", head: "p99 ms", format: msf},
+		{metric: "rt_cpu_us", head: "server CPU µs/call", format: dec1},
 		{metric: "rt_errors", head: "errors", format: num},
 	}},
 	{"stream", func(c config) string {
@@ -214,7 +215,9 @@ func num(v float64) string {
 }
 
 func msf(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
-func dec(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
+
+func dec1(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
+func dec(v float64) string  { return strconv.FormatFloat(v, 'f', 2, 64) }
 
 // rows renders a table: a header row and one row per target.
 func (r *results) rows(cfg config, t table) [][]string {

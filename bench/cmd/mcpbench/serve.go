@@ -105,20 +105,38 @@ func handlerFor(name string, cfg serverConfig) (h http.Handler, stop func(), err
 	return nil, nil, fmt.Errorf("mcpbench: unknown target %q", name)
 }
 
+// profiles names the profiles a server process writes: cpu is the CPU
+// profile's file, block the prefix of the block and mutex profiles.
+type profiles struct{ cpu, block string }
+
 // listenLine prefixes the line a server process prints with its URL.
 const listenLine = "mcpbench-listening "
 
 // serveTarget is the server process: it serves target name at
 // http://ADDR/mcp and its memory at /debug/mem until SIGTERM or SIGINT,
-// writing a CPU profile to cpuprofile if set.
-func serveTarget(name, addr, cpuprofile string, cfg serverConfig) error {
+// writing the profiles prof names.
+func serveTarget(name, addr string, prof profiles, cfg serverConfig) error {
 	h, stop, err := handlerFor(name, cfg)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	if cpuprofile != "" {
-		f, err := os.Create(cpuprofile)
+	if prof.block != "" {
+		// Every blocking event of 10 µs or more is sampled, and shorter
+		// ones in proportion; one mutex contention event in 5.
+		runtime.SetBlockProfileRate(10_000)
+		runtime.SetMutexProfileFraction(5)
+		defer func() {
+			for _, kind := range []string{"block", "mutex"} {
+				if f, err := os.Create(prof.block + "." + kind + ".pprof"); err == nil {
+					pprof.Lookup(kind).WriteTo(f, 0)
+					f.Close()
+				}
+			}
+		}()
+	}
+	if prof.cpu != "" {
+		f, err := os.Create(prof.cpu)
 		if err != nil {
 			return err
 		}
