@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"mime"
 	"net/http"
 	"strconv"
@@ -86,6 +87,7 @@ func (u *Upstream) Open(ctx context.Context, init Init) (Session, []byte, error)
 	}
 	s.version = out.Result.ProtocolVersion
 	s.handle = resp.Header.Get(headerSessionID)
+	s.base = s.sessionHeader()
 	return s, res, nil
 }
 
@@ -103,7 +105,8 @@ type httpSession struct {
 	u         *Upstream
 	handle    string // the backend's Mcp-Session-Id
 	version   string // negotiated protocol version, sent as MCP-Protocol-Version
-	header    http.Header
+	header    http.Header // Init.Header
+	base      http.Header // sessionHeader, once the session is open
 	unrelated func([]byte)
 	lost      func(error)
 	log       *slog.Logger
@@ -123,6 +126,32 @@ type httpSession struct {
 
 func (s *httpSession) Handle() string { return s.handle }
 
+// Header values every request of a session carries, shared by all of them
+// (never changed in place).
+var (
+	valJSON       = []string{"application/json"}
+	valAcceptBoth = []string{"application/json, text/event-stream"}
+	valAcceptSSE  = []string{"text/event-stream"}
+)
+
+// sessionHeader returns what every request of the session carries besides
+// its content headers: Init.Header, Upstream.Header, and, once the session
+// is open, its Mcp-Session-Id and MCP-Protocol-Version.
+func (s *httpSession) sessionHeader() http.Header {
+	h := make(http.Header, len(s.header)+len(s.u.Header)+2)
+	for k, vs := range s.header {
+		h[k] = vs
+	}
+	s.u.setHeader(h)
+	if s.handle != "" {
+		h[headerSessionID] = []string{s.handle}
+	}
+	if s.version != "" {
+		h[headerProtocolVersion] = []string{s.version}
+	}
+	return h
+}
+
 // do sends one request of the session.
 func (s *httpSession) do(ctx context.Context, method string, body []byte, lastEventID string) (*http.Response, error) {
 	var rd io.Reader
@@ -133,31 +162,34 @@ func (s *httpSession) do(ctx context.Context, method string, body []byte, lastEv
 	if err != nil {
 		return nil, err
 	}
-	for k, vs := range s.header {
-		req.Header[k] = vs
+	base := s.base // set once the session is open; the same for all its requests
+	if base == nil {
+		base = s.sessionHeader()
 	}
-	s.u.setHeader(req.Header)
+	h := make(http.Header, len(base)+3)
+	maps.Copy(h, base)
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
+		h["Content-Type"] = valJSON
+		h["Accept"] = valAcceptBoth
 	} else {
-		req.Header.Set("Accept", "text/event-stream")
-	}
-	if s.handle != "" {
-		req.Header.Set(headerSessionID, s.handle)
-	}
-	if s.version != "" {
-		req.Header.Set(headerProtocolVersion, s.version)
+		h["Accept"] = valAcceptSSE
 	}
 	if lastEventID != "" {
-		req.Header.Set(headerLastEventID, lastEventID)
+		h[http.CanonicalHeaderKey(headerLastEventID)] = []string{lastEventID}
 	}
+	req.Header = h
 	return doBounded(s.u.HTTPClient(), req, s.u.responseTimeout())
 }
 
 // doBounded sends req and fails with ErrTimeout if the response headers do
 // not come within d (0: no bound). The body, once it comes, is not bounded.
 func doBounded(c *http.Client, req *http.Request, d time.Duration) (*http.Response, error) {
+	if t, ok := c.Transport.(inProcess); ok && c.Jar == nil && c.CheckRedirect == nil && c.Timeout == 0 {
+		// An in-process handler is called directly: without a socket
+		// there are no redirects, cookies or client timeouts for
+		// http.Client to apply, only its cost per request.
+		return t.roundTrip(req, max(d, 0))
+	}
 	if d <= 0 {
 		return c.Do(req)
 	}

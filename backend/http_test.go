@@ -245,3 +245,57 @@ func TestBufferedReply(t *testing.T) {
 		}
 	}
 }
+
+// TestReplyResumesBrokenStream: a call's SSE stream that breaks before the
+// response is resumed with a GET carrying the backend's last event ID.
+func TestReplyResumesBrokenStream(t *testing.T) {
+	var own atomic.Value
+	lastIDs := make(chan string, 1)
+	srv := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			lastIDs <- r.Header.Get("Last-Event-ID")
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprintf(w, "id: e2\ndata: {\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{}}\n\n", own.Load())
+			return
+		}
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		json.NewDecoder(r.Body).Decode(&m)
+		switch m.Method {
+		case "initialize":
+			w.Header().Set("Mcp-Session-Id", "s1")
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"x","version":"1"}}}`, m.ID)
+		case "tools/call":
+			own.Store(string(m.ID))
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprint(w, "id: e1\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":1,\"progress\":1}}\n\n")
+			// and the stream ends without the response
+		default:
+			w.WriteHeader(http.StatusAccepted)
+		}
+	})
+	s, _, err := backend.Handler(srv).Open(t.Context(), backend.Init{
+		Request: []byte(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r, err := s.Call(t.Context(), []byte(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x"}}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for _, want := range []string{`"notifications/progress"`, `{"jsonrpc":"2.0","id":7,"result":{}}`} {
+		m, err := r.Next()
+		if err != nil || !strings.Contains(string(m), want) {
+			t.Fatalf("Next = %s %v, want %s", m, err, want)
+		}
+	}
+	if got := <-lastIDs; got != "e1" {
+		t.Fatalf("the resuming GET had Last-Event-ID %q, want e1", got)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 )
 
 // InProcess returns an [http.RoundTripper] that answers every request by
@@ -35,12 +36,23 @@ type inProcess struct{ h http.Handler }
 var errClientGone = errors.New("backend: in-process client closed the response")
 
 func (t inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
+	return t.roundTrip(req, 0)
+}
+
+// roundTrip is RoundTrip failing with ErrTimeout if the handler has not
+// answered within timeout (0: no bound), as doBounded does for other
+// transports: one context for both.
+func (t inProcess) roundTrip(req *http.Request, timeout time.Duration) (*http.Response, error) {
 	// The handler is not behind a listener: hide the caller's own server
 	// and local address (a relay request's context carries them), which
 	// handlers use for decisions such as DNS-rebinding protection.
-	ctx := context.WithValue(req.Context(), http.LocalAddrContextKey, nil)
-	ctx = context.WithValue(ctx, http.ServerContextKey, nil)
-	ctx, cancel := context.WithCancelCause(ctx)
+	ctx, cancel := context.WithCancelCause(noListener{req.Context()})
+	if timeout > 0 {
+		t := time.AfterFunc(timeout, func() {
+			cancel(fmt.Errorf("%w (%v, %s %s)", ErrTimeout, timeout, req.Method, "backend"))
+		})
+		defer t.Stop()
+	}
 	sreq := req.Clone(ctx)
 	sreq.RequestURI = req.URL.RequestURI()
 	sreq.RemoteAddr = "in-process"
@@ -102,6 +114,17 @@ func (t inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
 		pr.CloseWithError(context.Cause(ctx))
 		return nil, context.Cause(ctx)
 	}
+}
+
+// noListener is a request's context without the server and local address
+// of the caller's own server.
+type noListener struct{ context.Context }
+
+func (c noListener) Value(key any) any {
+	if key == http.LocalAddrContextKey || key == http.ServerContextKey {
+		return nil
+	}
+	return c.Context.Value(key)
 }
 
 // pipeWriter is the http.ResponseWriter the handler writes to.

@@ -60,16 +60,16 @@ const (
 // shuts down.
 func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, s *session, p resume.Plan, kind connKind) {
 	hdr := w.Header()
-	hdr.Set("Content-Type", "text/event-stream")
-	hdr.Set("Cache-Control", "no-cache, no-transform")
-	hdr.Set("X-Accel-Buffering", "no")
+	hdr["Content-Type"] = valEventStream
+	hdr["Cache-Control"] = valNoCache
+	hdr["X-Accel-Buffering"] = valNo
 	w.WriteHeader(http.StatusOK)
 	s.open.Add(1)
 	defer s.open.Add(-1)
 	defer s.touch()
 
 	c := &sseConn{w: w, rc: http.NewResponseController(w), codec: h.codec}
-	var holdC <-chan time.Time
+	defer c.stopHold()
 	if kind == opensCall {
 		st := h.liveStream(p.Stream.String())
 		c.hold = true
@@ -89,9 +89,7 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, s *session
 			}
 			return err
 		}
-		t := time.NewTimer(primeDelay)
-		defer t.Stop()
-		holdC = t.C
+		c.holdEnd = time.Now().Add(primeDelay)
 	}
 	if kind != resumesStream && primes(s) {
 		c.id(p.Stream, p.Generation, p.From, 0, true)
@@ -117,7 +115,7 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, s *session
 			a = &attachment{kick: make(chan struct{})}
 			st.attach(a)
 		}
-		next, ok := h.follow(r, c, s, st, a, key, p, pollC, holdC)
+		next, ok := h.follow(r, c, s, st, a, key, p, pollC)
 		if st != nil {
 			st.detach(a)
 		}
@@ -133,7 +131,7 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, s *session
 // mid-stream rules of package resume to each read of the log. It returns
 // the plan of the stream to switch to (the session's current standalone
 // stream after a generation change), or nil when the connection is done.
-func (h *Handler) follow(r *http.Request, c *sseConn, s *session, st *stream, a *attachment, key string, p resume.Plan, pollC, holdC <-chan time.Time) (*resume.Plan, bool) {
+func (h *Handler) follow(r *http.Request, c *sseConn, s *session, st *stream, a *attachment, key string, p resume.Plan, pollC <-chan time.Time) (*resume.Plan, bool) {
 	ctx := r.Context()
 	cursor := p.From
 	gapAnnounced := p.ResetBefore == resume.ReasonGap
@@ -273,7 +271,7 @@ func (h *Handler) follow(r *http.Request, c *sseConn, s *session, st *stream, a 
 		case <-pollC:
 			c.retry(p.Stream, p.Generation, cursor, h.opts.PollInterval)
 			return nil, true
-		case <-holdC:
+		case <-c.holdC():
 			if c.flush() != nil {
 				return nil, false
 			}
@@ -322,6 +320,33 @@ type sseConn struct {
 	// primeDelay.
 	hold    bool
 	durable func() error
+	holdEnd time.Time   // when the hold ends at the latest
+	holdT   *time.Timer // made when the connection first waits while holding
+}
+
+// Header values of every SSE answer, shared (never changed in place).
+var (
+	valEventStream = []string{"text/event-stream"}
+	valNoCache     = []string{"no-cache, no-transform"}
+	valNo          = []string{"no"}
+)
+
+// holdC returns a channel that fires when the hold ends; nil when nothing
+// is held. Most calls are answered before they wait: no timer is made.
+func (c *sseConn) holdC() <-chan time.Time {
+	if !c.hold {
+		return nil
+	}
+	if c.holdT == nil {
+		c.holdT = time.NewTimer(time.Until(c.holdEnd))
+	}
+	return c.holdT.C
+}
+
+func (c *sseConn) stopHold() {
+	if c.holdT != nil {
+		c.holdT.Stop()
+	}
 }
 
 func (c *sseConn) id(key resume.StreamKey, gen, seq uint64, retry time.Duration, emptyData bool) {
