@@ -103,8 +103,8 @@ func (u *Upstream) Discard(ctx context.Context, handle string) error {
 // httpSession is one session of a Streamable HTTP backend.
 type httpSession struct {
 	u         *Upstream
-	handle    string // the backend's Mcp-Session-Id
-	version   string // negotiated protocol version, sent as MCP-Protocol-Version
+	handle    string      // the backend's Mcp-Session-Id
+	version   string      // negotiated protocol version, sent as MCP-Protocol-Version
 	header    http.Header // Init.Header
 	base      http.Header // sessionHeader, once the session is open
 	unrelated func([]byte)
