@@ -181,14 +181,15 @@ func (s *httpSession) do(ctx context.Context, method string, body []byte, lastEv
 	return doBounded(s.u.HTTPClient(), req, s.u.responseTimeout())
 }
 
-// doBounded sends req and fails with ErrTimeout if the response headers do
-// not come within d (0: no bound). The body, once it comes, is not bounded.
+// doBounded sends req, made for this call alone, and fails with ErrTimeout
+// if the response headers do not come within d (0: no bound). The body,
+// once it comes, is not bounded.
 func doBounded(c *http.Client, req *http.Request, d time.Duration) (*http.Response, error) {
 	if t, ok := c.Transport.(inProcess); ok && c.Jar == nil && c.CheckRedirect == nil && c.Timeout == 0 {
 		// An in-process handler is called directly: without a socket
 		// there are no redirects, cookies or client timeouts for
 		// http.Client to apply, only its cost per request.
-		return t.roundTrip(req, max(d, 0))
+		return t.roundTrip(req, max(d, 0), true)
 	}
 	if d <= 0 {
 		return c.Do(req)

@@ -36,13 +36,15 @@ type inProcess struct{ h http.Handler }
 var errClientGone = errors.New("backend: in-process client closed the response")
 
 func (t inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
-	return t.roundTrip(req, 0)
+	return t.roundTrip(req, 0, false)
 }
 
 // roundTrip is RoundTrip failing with ErrTimeout if the handler has not
 // answered within timeout (0: no bound), as doBounded does for other
-// transports: one context for both.
-func (t inProcess) roundTrip(req *http.Request, timeout time.Duration) (*http.Response, error) {
+// transports: one context for both. owned: the caller made req for this
+// call alone and does not use its header or URL again, so the handler may
+// have them without a copy.
+func (t inProcess) roundTrip(req *http.Request, timeout time.Duration, owned bool) (*http.Response, error) {
 	// The handler is not behind a listener: hide the caller's own server
 	// and local address (a relay request's context carries them), which
 	// handlers use for decisions such as DNS-rebinding protection.
@@ -53,7 +55,12 @@ func (t inProcess) roundTrip(req *http.Request, timeout time.Duration) (*http.Re
 		})
 		defer t.Stop()
 	}
-	sreq := req.Clone(ctx)
+	var sreq *http.Request
+	if owned {
+		sreq = req.WithContext(ctx)
+	} else {
+		sreq = req.Clone(ctx)
+	}
 	sreq.RequestURI = req.URL.RequestURI()
 	sreq.RemoteAddr = "in-process"
 	if sreq.Host == "" {
@@ -62,37 +69,39 @@ func (t inProcess) roundTrip(req *http.Request, timeout time.Duration) (*http.Re
 	if sreq.Body == nil {
 		sreq.Body = http.NoBody
 	}
-	pr, pw := io.Pipe()
 	w := &pipeWriter{
 		header:  make(http.Header),
-		pw:      pw,
 		ready:   make(chan struct{}),
 		request: req,
 		ctx:     ctx,
-		body:    &pipeBody{pr: pr, cancel: cancel},
+		cancel:  cancel,
 	}
 	go func() {
 		defer func() {
 			if p := recover(); p != nil {
-				if p == http.ErrAbortHandler {
-					pw.CloseWithError(io.ErrUnexpectedEOF)
-				} else {
-					pw.CloseWithError(fmt.Errorf("backend: in-process handler panicked: %v", p))
-				}
 				if !w.sent {
 					w.code, w.snap = http.StatusInternalServerError, make(http.Header)
+					w.stream()
 				}
-				w.sendHeader(w.body)
+				if w.pw != nil {
+					if p == http.ErrAbortHandler {
+						w.pw.CloseWithError(io.ErrUnexpectedEOF)
+					} else {
+						w.pw.CloseWithError(fmt.Errorf("backend: in-process handler panicked: %v", p))
+					}
+				}
 				cancel(errClientGone)
 				return
 			}
 			if w.sent {
 				w.flushBuf()
-				pw.Close()
+				if w.pw != nil {
+					w.pw.Close()
+				}
 			} else {
 				// Finished before anything went out: the whole answer
 				// is in buf.
-				w.sendHeader(&memBody{data: w.buf, cancel: cancel})
+				w.respond(&memBody{data: w.buf, cancel: cancel})
 			}
 			cancel(errClientGone)
 		}()
@@ -108,10 +117,14 @@ func (t inProcess) roundTrip(req *http.Request, timeout time.Duration) (*http.Re
 			<-w.ready
 			return w.resp, nil
 		}
-		// The caller cancelled before the handler answered. Wait for the
-		// handler to notice so that no goroutine is left writing to a pipe
-		// nobody reads: its writes now fail.
-		pr.CloseWithError(context.Cause(ctx))
+		// The caller gave up before the handler answered: no response
+		// goes out any more, and the handler's writes fail. If it
+		// answered meanwhile, its answer is closed unread.
+		w.once.Do(func() { close(w.ready) })
+		<-w.ready
+		if w.resp != nil {
+			w.resp.Body.Close()
+		}
 		return nil, context.Cause(ctx)
 	}
 }
@@ -130,9 +143,9 @@ func (c noListener) Value(key any) any {
 // pipeWriter is the http.ResponseWriter the handler writes to.
 type pipeWriter struct {
 	header  http.Header
-	pw      *io.PipeWriter
 	request *http.Request
-	body    *pipeBody
+	cancel  context.CancelCauseFunc
+	pw      *io.PipeWriter // made when the response streams (stream); nil if the caller gave up first
 
 	code int         // the status the handler set; 0 before
 	snap http.Header // the header as it was when the status was set
@@ -161,35 +174,53 @@ func (w *pipeWriter) WriteHeader(code int) {
 	}
 }
 
-// sendHeader hands the response to the caller, with body.
-func (w *pipeWriter) sendHeader(body io.ReadCloser) {
+// stream hands the response to the caller with a body that streams what
+// the handler writes from now on, unless the caller gave up.
+func (w *pipeWriter) stream() {
+	if w.sent {
+		return
+	}
 	w.sent = true
 	w.once.Do(func() {
-		if w.code == 0 {
-			w.WriteHeader(http.StatusOK)
-		}
-		h := w.snap
-		cl := int64(-1)
-		if v := h.Get("Content-Length"); v != "" {
-			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-				cl = n
-			}
-		} else if mb, ok := body.(*memBody); ok {
-			cl = int64(len(mb.data))
-		}
-		w.resp = &http.Response{
-			Status:        fmt.Sprintf("%d %s", w.code, http.StatusText(w.code)),
-			StatusCode:    w.code,
-			Proto:         "HTTP/1.1",
-			ProtoMajor:    1,
-			ProtoMinor:    1,
-			Header:        h,
-			Body:          body,
-			ContentLength: cl,
-			Request:       w.request,
-		}
-		close(w.ready)
+		pr, pw := io.Pipe()
+		w.pw = pw
+		w.respondLocked(&pipeBody{pr: pr, cancel: w.cancel})
 	})
+}
+
+// respond hands the whole response to the caller, unless the caller gave
+// up.
+func (w *pipeWriter) respond(body io.ReadCloser) {
+	w.sent = true
+	w.once.Do(func() { w.respondLocked(body) })
+}
+
+// respondLocked sets the response and tells the caller; under w.once.
+func (w *pipeWriter) respondLocked(body io.ReadCloser) {
+	if w.code == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	h := w.snap
+	cl := int64(-1)
+	if v := h.Get("Content-Length"); v != "" {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			cl = n
+		}
+	} else if mb, ok := body.(*memBody); ok {
+		cl = int64(len(mb.data))
+	}
+	w.resp = &http.Response{
+		Status:        fmt.Sprintf("%d %s", w.code, http.StatusText(w.code)),
+		StatusCode:    w.code,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        h,
+		Body:          body,
+		ContentLength: cl,
+		Request:       w.request,
+	}
+	close(w.ready)
 }
 
 // Write buffers p, as a server's response writer does: the reader gets it
@@ -207,7 +238,7 @@ func (w *pipeWriter) Write(p []byte) (int, error) {
 		return 0, w.err
 	}
 	if len(w.buf)+len(p) > writeBufSize {
-		w.sendHeader(w.body)
+		w.stream()
 		if err := w.flushBuf(); err != nil {
 			return 0, err
 		}
@@ -227,6 +258,9 @@ func (w *pipeWriter) Write(p []byte) (int, error) {
 const writeBufSize = 32 << 10
 
 func (w *pipeWriter) flushBuf() error {
+	if w.err == nil && w.pw == nil {
+		w.err = errClientGone // the caller gave up before the response
+	}
 	if w.err != nil {
 		return w.err
 	}
@@ -243,14 +277,14 @@ func (w *pipeWriter) flushBuf() error {
 
 // Flush sends the header if it was not sent yet, and what was written.
 func (w *pipeWriter) Flush() {
-	w.sendHeader(w.body)
+	w.stream()
 	w.flushBuf()
 }
 
 // FlushError is Flush reporting a gone reader (http.ResponseController
 // uses it).
 func (w *pipeWriter) FlushError() error {
-	w.sendHeader(w.body)
+	w.stream()
 	return w.flushBuf()
 }
 
@@ -302,4 +336,19 @@ func inMemory(body io.ReadCloser) bool {
 	}
 	_, ok := body.(*memBody)
 	return ok
+}
+
+// readAll reads body to its end, at most n bytes; an in-process handler's
+// whole answer is taken as it is, not copied.
+func readAll(body io.Reader, n int64) ([]byte, error) {
+	if cb, ok := body.(*cancelBody); ok {
+		body = cb.ReadCloser
+	}
+	if mb, ok := body.(*memBody); ok {
+		data := mb.data[mb.off:]
+		data = data[:min(int64(len(data)), n)]
+		mb.off += len(data)
+		return data, nil
+	}
+	return io.ReadAll(io.LimitReader(body, n))
 }

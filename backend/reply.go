@@ -76,7 +76,7 @@ func (r *httpReply) read() ([]byte, error) {
 			return nil, nil
 		}
 		r.jsonEnd = true
-		data, err := io.ReadAll(io.LimitReader(r.body, MaxMessageBytes+1))
+		data, err := readAll(r.body, MaxMessageBytes+1)
 		switch {
 		case err != nil:
 			return nil, err
@@ -230,6 +230,18 @@ func (r *httpReply) resume() error {
 // restoreIDs puts the client's ids back into the responses data holds,
 // and notes which requests are answered.
 func (r *httpReply) restoreIDs(data []byte) []byte {
+	if h, ok := wire.ReadHead(data); ok {
+		// One message, read in one scan (the relay validates what it
+		// logs): only a response's id is the connector's own.
+		if h.Method || !h.HasID() {
+			return data
+		}
+		if client, ok := r.orig[string(wire.IDKey(h.ID(data)))]; ok {
+			delete(r.orig, string(wire.IDKey(h.ID(data))))
+			return h.ReplaceID(data, client)
+		}
+		return data
+	}
 	ids := wire.ResponseIDs(data, nil)
 	if len(ids) == 0 {
 		return data

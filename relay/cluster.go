@@ -105,12 +105,12 @@ func (h *Handler) leaseKeeper() {
 			return
 		case <-t.C:
 		}
-		h.mu.Lock()
+		h.mu.RLock()
 		owned := make([]*session, 0, len(h.sessions))
 		for _, s := range h.sessions {
 			owned = append(owned, s)
 		}
-		h.mu.Unlock()
+		h.mu.RUnlock()
 		for _, s := range owned {
 			if !s.leaseValid() {
 				h.dropLocal(s, "lease expired before it could be renewed")
@@ -168,14 +168,14 @@ func (h *Handler) releaseAll(ctx context.Context) {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		h.mu.Lock()
+		h.mu.RLock()
 		busy := 0
 		for _, s := range h.sessions {
 			s.mu.Lock()
 			busy += len(s.inflight)
 			s.mu.Unlock()
 		}
-		h.mu.Unlock()
+		h.mu.RUnlock()
 		if busy == 0 {
 			break
 		}
@@ -186,12 +186,12 @@ func (h *Handler) releaseAll(ctx context.Context) {
 		}
 		break
 	}
-	h.mu.Lock()
+	h.mu.RLock()
 	owned := make([]*session, 0, len(h.sessions))
 	for _, s := range h.sessions {
 		owned = append(owned, s)
 	}
-	h.mu.Unlock()
+	h.mu.RUnlock()
 	for _, s := range owned {
 		h.dropLocal(s, "replica shutting down")
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)

@@ -232,7 +232,7 @@ func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	h := c.h
 	var served, forwarded int
-	h.mu.Lock()
+	h.mu.RLock()
 	for _, s := range h.sessions {
 		if s.owner != "" {
 			forwarded++
@@ -245,7 +245,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, st := range h.streams {
 		sts = append(sts, st)
 	}
-	h.mu.Unlock()
+	h.mu.RUnlock()
 	// [standalone][attached]
 	var n [2][2]int
 	for _, st := range sts {

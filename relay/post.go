@@ -317,7 +317,7 @@ func (h *Handler) forwardRequest(w http.ResponseWriter, r *http.Request, s *sess
 	// The backend call lives as long as its stream's pump, not as long as
 	// the client's connection (legacy era: disconnection is not
 	// cancellation); endSession and retire cancel it.
-	pctx, cancel := context.WithCancel(h.ctx)
+	pctx, cancel := h.callContext()
 	for try := 0; try < 2; try++ {
 		gen, bs = s.current()
 		rep, err = bs.Call(pctx, body, ids)

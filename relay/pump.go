@@ -152,14 +152,14 @@ func (h *Handler) pumpRest(ctx context.Context, st *stream, rr *replyReader) err
 type replyReader struct {
 	st   *stream
 	rep  backend.Reply
-	want map[string]bool // pending ids not yet answered
+	want []string // match keys of pending ids not yet answered (one, but for a batch)
 }
 
 func newReplyReader(st *stream, rep backend.Reply) *replyReader {
 	st.mu.Lock()
-	want := make(map[string]bool, len(st.pending))
+	want := make([]string, 0, len(st.pending))
 	for id := range st.pending {
-		want[id] = true
+		want = append(want, id)
 	}
 	st.mu.Unlock()
 	return &replyReader{st: st, rep: rep, want: want}
@@ -191,7 +191,8 @@ func (r *replyReader) next() (routed, error) {
 func (r *replyReader) route(data []byte) []json.RawMessage {
 	ids := wire.ResponseIDs(data, nil)
 	for _, id := range ids {
-		delete(r.want, wire.MatchKey(id))
+		k := wire.MatchKey(id)
+		r.want = slices.DeleteFunc(r.want, func(w string) bool { return w == k })
 	}
 	return ids
 }

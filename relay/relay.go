@@ -155,8 +155,14 @@ type Handler struct {
 	log        *slog.Logger
 	ctx        context.Context // cancelled by Close: ends pumps
 	cancel     context.CancelFunc
+	// callCtx are children of ctx that calls' contexts derive from, taken
+	// in turn (callSeq), so that concurrent calls do not all register
+	// with, and lock, one parent context.
+	callCtx    [16]context.Context
+	callCancel [16]context.CancelFunc
+	callSeq    atomic.Uint32
 
-	mu       sync.Mutex
+	mu       sync.RWMutex
 	sessions map[string]*session
 	streams  map[string]*stream // live (non-terminal) streams by key, for wake-ups and takeover
 	// restoring has a channel per session being restored from the store,
@@ -247,6 +253,9 @@ func New(opts Options) (*Handler, error) {
 		shutdown:    make(chan struct{}),
 		janitorDone: make(chan struct{}),
 	}
+	for i := range h.callCtx {
+		h.callCtx[i], h.callCancel[i] = context.WithCancel(ctx)
+	}
 	h.metrics = newMetrics(h)
 	if opts.Cluster != nil {
 		h.cluster = opts.Cluster
@@ -286,6 +295,12 @@ func (h *Handler) Shutdown(ctx context.Context) error {
 	return nil
 }
 
+// callContext returns a context for one call's backend request and pump,
+// cancelled by Close, and its cancel function.
+func (h *Handler) callContext() (context.Context, context.CancelFunc) {
+	return context.WithCancel(h.callCtx[h.callSeq.Add(1)%uint32(len(h.callCtx))])
+}
+
 // Close ends streams (as Shutdown does) and stops the relay's background
 // work and backend calls. It does not close the Store or the backend
 // connector.
@@ -294,6 +309,9 @@ func (h *Handler) Close() error {
 	cancel() // no draining
 	h.Shutdown(ctx)
 	h.cancel()
+	for _, c := range h.callCancel {
+		c()
+	}
 	<-h.janitorDone
 	if h.keeperDone != nil {
 		<-h.keeperDone
@@ -384,7 +402,13 @@ func (h *Handler) checkOrigin(r *http.Request) (int, string) {
 // rebinding.
 func checkLoopbackHost(r *http.Request) (int, string) {
 	if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && la != nil {
-		if isLoopbackAddr(la.String()) && !isLoopbackHost(r.Host) {
+		loopback := false
+		if ta, ok := la.(*net.TCPAddr); ok {
+			loopback = ta.IP.IsLoopback()
+		} else {
+			loopback = isLoopbackAddr(la.String())
+		}
+		if loopback && !isLoopbackHost(r.Host) {
 			return http.StatusForbidden, fmt.Sprintf("Forbidden: Host %q is not a loopback name", r.Host)
 		}
 	}
@@ -476,19 +500,16 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool
 // text/event-stream (wildcards count).
 func accepts(r *http.Request) (jsonOK, sseOK bool) {
 	for _, v := range r.Header.Values("Accept") {
-		for _, part := range strings.Split(v, ",") {
-			mt := strings.TrimSpace(strings.SplitN(part, ";", 2)[0])
-			switch strings.ToLower(mt) {
-			case "application/json":
+		for part := range strings.SplitSeq(v, ",") {
+			mt, _, _ := strings.Cut(part, ";")
+			mt = strings.TrimSpace(mt)
+			switch {
+			case strings.EqualFold(mt, "application/json"), strings.EqualFold(mt, "application/*"):
 				jsonOK = true
-			case "text/event-stream":
+			case strings.EqualFold(mt, "text/event-stream"), strings.EqualFold(mt, "text/*"):
 				sseOK = true
-			case "*/*":
+			case mt == "*/*":
 				jsonOK, sseOK = true, true
-			case "application/*":
-				jsonOK = true
-			case "text/*":
-				sseOK = true
 			}
 		}
 	}

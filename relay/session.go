@@ -173,9 +173,9 @@ func (st *stream) detach(a *attachment) {
 // dropped here first: a paused replica that wakes up never answers for a
 // session it may have lost.
 func (h *Handler) lookup(r *http.Request, id string) (*session, error) {
-	h.mu.Lock()
+	h.mu.RLock()
 	s := h.sessions[id]
-	h.mu.Unlock()
+	h.mu.RUnlock()
 	if s != nil && h.cluster != nil && !s.leaseValid() {
 		h.dropLocal(s, "lease not renewed in time")
 		s = nil
@@ -332,8 +332,8 @@ func (st *stream) pendingIDs() []json.RawMessage {
 
 // liveStream returns the in-memory stream for key, or nil.
 func (h *Handler) liveStream(key string) *stream {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.mu.RLock()
+	defer h.mu.RUnlock()
 	return h.streams[key]
 }
 
@@ -554,14 +554,14 @@ func (h *Handler) janitor() {
 		case <-h.ctx.Done():
 			return
 		case now := <-t.C:
-			h.mu.Lock()
+			h.mu.RLock()
 			var idle []*session
 			for _, s := range h.sessions {
 				if s.open.Load() == 0 && now.Sub(time.Unix(0, s.lastSeen.Load())) > timeout {
 					idle = append(idle, s)
 				}
 			}
-			h.mu.Unlock()
+			h.mu.RUnlock()
 			for _, s := range idle {
 				h.endSession(s, "idle timeout")
 			}
