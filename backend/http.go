@@ -158,8 +158,18 @@ func (s *httpSession) do(ctx context.Context, method string, body []byte, lastEv
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
+	c := s.u.HTTPClient()
+	ip, direct := directly(c)
+	var cancel context.CancelCauseFunc
+	if direct {
+		// The request is the handler's own: no copy of it is made.
+		ctx, cancel = handlerContext(ctx)
+	}
 	req, err := http.NewRequestWithContext(ctx, method, s.u.URL, rd)
 	if err != nil {
+		if cancel != nil {
+			cancel(err)
+		}
 		return nil, err
 	}
 	base := s.base // set once the session is open; the same for all its requests
@@ -178,19 +188,24 @@ func (s *httpSession) do(ctx context.Context, method string, body []byte, lastEv
 		h[http.CanonicalHeaderKey(headerLastEventID)] = []string{lastEventID}
 	}
 	req.Header = h
-	return doBounded(s.u.HTTPClient(), req, s.u.responseTimeout())
+	if direct {
+		return ip.serve(req, req, ctx, cancel, max(s.u.responseTimeout(), 0))
+	}
+	return doBounded(c, req, s.u.responseTimeout())
 }
 
-// doBounded sends req, made for this call alone, and fails with ErrTimeout
-// if the response headers do not come within d (0: no bound). The body,
-// once it comes, is not bounded.
+// directly returns the in-process handler behind c when it can be called
+// without c ([Handler], [SDK]): without a socket there are no redirects,
+// cookies or client timeouts for http.Client to apply, only its cost per
+// request.
+func directly(c *http.Client) (inProcess, bool) {
+	t, ok := c.Transport.(inProcess)
+	return t, ok && c.Jar == nil && c.CheckRedirect == nil && c.Timeout == 0
+}
+
+// doBounded sends req and fails with ErrTimeout if the response headers do
+// not come within d (0: no bound). The body, once it comes, is not bounded.
 func doBounded(c *http.Client, req *http.Request, d time.Duration) (*http.Response, error) {
-	if t, ok := c.Transport.(inProcess); ok && c.Jar == nil && c.CheckRedirect == nil && c.Timeout == 0 {
-		// An in-process handler is called directly: without a socket
-		// there are no redirects, cookies or client timeouts for
-		// http.Client to apply, only its cost per request.
-		return t.roundTrip(req, max(d, 0), true)
-	}
 	if d <= 0 {
 		return c.Do(req)
 	}

@@ -36,30 +36,30 @@ type inProcess struct{ h http.Handler }
 var errClientGone = errors.New("backend: in-process client closed the response")
 
 func (t inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
-	return t.roundTrip(req, 0, false)
+	ctx, cancel := handlerContext(req.Context())
+	return t.serve(req.Clone(ctx), req, ctx, cancel, 0)
 }
 
-// roundTrip is RoundTrip failing with ErrTimeout if the handler has not
-// answered within timeout (0: no bound), as doBounded does for other
-// transports: one context for both. owned: the caller made req for this
-// call alone and does not use its header or URL again, so the handler may
-// have them without a copy.
-func (t inProcess) roundTrip(req *http.Request, timeout time.Duration, owned bool) (*http.Response, error) {
-	// The handler is not behind a listener: hide the caller's own server
-	// and local address (a relay request's context carries them), which
-	// handlers use for decisions such as DNS-rebinding protection.
-	ctx, cancel := context.WithCancelCause(noListener{req.Context()})
+// handlerContext returns the context of a request to an in-process
+// handler, made from the caller's: the handler is not behind a listener,
+// so the caller's own server and local address (a relay request's context
+// carries them), which handlers use for decisions such as DNS-rebinding
+// protection, are hidden. It is cancelled when the caller closes the
+// response or gives up, and when the handler returns.
+func handlerContext(parent context.Context) (context.Context, context.CancelCauseFunc) {
+	return context.WithCancelCause(noListener{parent})
+}
+
+// serve runs the handler on sreq, a request with ctx (handlerContext)
+// that the handler may keep; req is the caller's request. It fails with
+// ErrTimeout if the handler has not answered within timeout (0: no bound),
+// as doBounded does for other transports, on the same context.
+func (t inProcess) serve(sreq, req *http.Request, ctx context.Context, cancel context.CancelCauseFunc, timeout time.Duration) (*http.Response, error) {
 	if timeout > 0 {
 		t := time.AfterFunc(timeout, func() {
 			cancel(fmt.Errorf("%w (%v, %s %s)", ErrTimeout, timeout, req.Method, "backend"))
 		})
 		defer t.Stop()
-	}
-	var sreq *http.Request
-	if owned {
-		sreq = req.WithContext(ctx)
-	} else {
-		sreq = req.Clone(ctx)
 	}
 	sreq.RequestURI = req.URL.RequestURI()
 	sreq.RemoteAddr = "in-process"

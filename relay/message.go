@@ -39,9 +39,11 @@ func parseMessages(data []byte) (msgs []message, batch bool, err error) {
 		}
 		batch = true
 	} else {
-		var m message
-		if err := json.Unmarshal(data, &m); err != nil {
-			return nil, false, errNotJSONRPC
+		m, ok := readMessage(data)
+		if !ok {
+			if err := json.Unmarshal(data, &m); err != nil {
+				return nil, false, errNotJSONRPC
+			}
 		}
 		msgs = []message{m}
 	}
@@ -55,6 +57,44 @@ func parseMessages(data []byte) (msgs []message, batch bool, err error) {
 		}
 	}
 	return msgs, batch, nil
+}
+
+// readMessage reads one message as json.Unmarshal would, without decoding
+// it: the fields are the raw bytes of data. ok is false when it cannot tell
+// what json.Unmarshal would make of data (not valid JSON; a key that
+// differs from a field's name only by case, which encoding/json matches; a
+// method that is not a plain string): the caller decodes it then.
+func readMessage(data []byte) (m message, ok bool) {
+	if !json.Valid(data) {
+		return message{}, false
+	}
+	plain := true
+	ok = wire.Members(data, func(key []byte, start, end int) {
+		v := data[start:end]
+		switch string(key) {
+		case "id":
+			m.ID = v
+		case "method":
+			switch {
+			case string(v) == "null":
+				m.Method = "" // json.Unmarshal leaves the string as it was
+			case v[0] == '"' && bytes.IndexByte(v, '\\') < 0 && utf8.Valid(v):
+				m.Method = string(v[1 : len(v)-1])
+			default:
+				plain = false
+			}
+		case "params":
+			m.Params = v
+		default:
+			if bytes.EqualFold(key, []byte("id")) || bytes.EqualFold(key, []byte("method")) || bytes.EqualFold(key, []byte("params")) {
+				plain = false
+			}
+		}
+	})
+	if !ok || !plain {
+		return message{}, false
+	}
+	return m, true
 }
 
 // maxIDBytes bounds a JSON-RPC id: the relay keeps ids with every stream
@@ -75,9 +115,12 @@ func checkID(id json.RawMessage) error {
 	case len(id) > maxIDBytes:
 		return errIDTooLong
 	case id[0] == '"':
-		var s string
-		if json.Unmarshal(id, &s) != nil || !utf8.Valid(id) {
+		if !utf8.Valid(id) {
 			return errIDUTF8
+		}
+		var s string
+		if bytes.IndexByte(id, '\\') >= 0 && json.Unmarshal(id, &s) != nil {
+			return errIDUTF8 // an escape that is not valid UTF-8 (a lone surrogate)
 		}
 	case id[0] == '-' || id[0] >= '0' && id[0] <= '9':
 	default:

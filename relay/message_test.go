@@ -47,3 +47,34 @@ func FuzzErrorResponse(f *testing.F) {
 		}
 	})
 }
+
+// FuzzReadMessage: when readMessage reads a message itself, it reads what
+// json.Unmarshal reads.
+func FuzzReadMessage(f *testing.F) {
+	for _, s := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":"a\"b","result":{}}`,
+		`{"id":null,"method":null,"params":null}`,
+		`{"ID":1,"Method":"m"}`,
+		`{"method":"m\u0041","id":[1]}`,
+		`{"id":1,"id":2,"method":"a","method":"b"}`,
+		`{"method":"é","params":[1,2]}`,
+		`[{"id":1}]`, `"x"`, `{}`, `{"a":1} x`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data string) {
+		got, ok := readMessage([]byte(data))
+		if !ok {
+			return
+		}
+		var want message
+		if err := json.Unmarshal([]byte(data), &want); err != nil {
+			t.Fatalf("readMessage(%q) read %+v; json.Unmarshal: %v", data, got, err)
+		}
+		if string(got.ID) != string(want.ID) || got.Method != want.Method || string(got.Params) != string(want.Params) {
+			t.Fatalf("readMessage(%q) = %q %q %q; json.Unmarshal %q %q %q", data, got.ID, got.Method, got.Params, want.ID, want.Method, want.Params)
+		}
+	})
+}

@@ -483,6 +483,16 @@ func httpError(w http.ResponseWriter, status int, msg string) {
 
 // readBody reads a POST body within the configured limit.
 func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if n := r.ContentLength; n > 0 && n <= h.opts.MaxBodyBytes {
+		// The length is known: one buffer of that size (net/http's body
+		// ends there).
+		body := make([]byte, n)
+		if _, err := io.ReadFull(r.Body, body); err != nil {
+			httpError(w, http.StatusBadRequest, "reading body: "+err.Error())
+			return nil, false
+		}
+		return body, true
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError

@@ -274,49 +274,65 @@ func (h Head) ReplaceID(msg, id []byte) []byte {
 // it can read that way (an escaped key, a batch). It checks only the
 // structure it needs: msg is expected to be valid JSON.
 func ReadHead(data []byte) (h Head, ok bool) {
+	ok = Members(data, func(key []byte, start, end int) {
+		switch string(key) {
+		case "id":
+			h.idStart, h.idEnd = start, end
+		case "method":
+			v := string(data[start:end])
+			h.Method = v != `""` && v != "null"
+		}
+	})
+	if !ok {
+		return Head{}, false
+	}
+	return h, true
+}
+
+// Members calls fn, in order, with the key of each top-level member of one
+// JSON object and where its raw value lies in data. It reports false,
+// having perhaps called fn for some members, if data is not an object it
+// can read that way: a key with an escape (the caller decodes such a
+// message properly), or broken structure. It checks only the structure it
+// needs: data is expected to be valid JSON.
+func Members(data []byte, fn func(key []byte, start, end int)) bool {
 	i := skipSpace(data, 0)
 	if i >= len(data) || data[i] != '{' {
-		return Head{}, false
+		return false
 	}
 	i = skipSpace(data, i+1)
 	if i < len(data) && data[i] == '}' {
-		return Head{}, true
+		return skipSpace(data, i+1) == len(data)
 	}
 	for i < len(data) && data[i] == '"' {
 		kend := skipString(data, i)
 		if kend < 0 {
-			return Head{}, false
+			return false
 		}
 		key := data[i+1 : kend-1]
 		if bytes.IndexByte(key, '\\') >= 0 {
-			return Head{}, false // an escaped key: not read this way
+			return false // an escaped key: not read this way
 		}
 		i = skipSpace(data, kend)
 		if i >= len(data) || data[i] != ':' {
-			return Head{}, false
+			return false
 		}
 		i = skipSpace(data, i+1)
 		vstart := i
 		i = skipValue(data, i)
 		if i < 0 {
-			return Head{}, false
+			return false
 		}
-		switch string(key) {
-		case "id":
-			h.idStart, h.idEnd = vstart, i
-		case "method":
-			v := string(data[vstart:i])
-			h.Method = v != `""` && v != "null"
-		}
+		fn(key, vstart, i)
 		i = skipSpace(data, i)
 		if i < len(data) && data[i] == ',' {
 			i = skipSpace(data, i+1)
 			continue
 		}
 		if i < len(data) && data[i] == '}' {
-			return h, true
+			return skipSpace(data, i+1) == len(data)
 		}
 		break
 	}
-	return Head{}, false
+	return false
 }
