@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"mime"
 	"net/http"
 	"strconv"
@@ -87,7 +86,7 @@ func (u *Upstream) Open(ctx context.Context, init Init) (Session, []byte, error)
 	}
 	s.version = out.Result.ProtocolVersion
 	s.handle = resp.Header.Get(headerSessionID)
-	s.base = s.sessionHeader()
+	s.handleVal, s.versionVal = []string{s.handle}, []string{s.version}
 	return s, res, nil
 }
 
@@ -102,14 +101,16 @@ func (u *Upstream) Discard(ctx context.Context, handle string) error {
 
 // httpSession is one session of a Streamable HTTP backend.
 type httpSession struct {
-	u         *Upstream
-	handle    string      // the backend's Mcp-Session-Id
-	version   string      // negotiated protocol version, sent as MCP-Protocol-Version
-	header    http.Header // Init.Header
-	base      http.Header // sessionHeader, once the session is open
-	unrelated func([]byte)
-	lost      func(error)
-	log       *slog.Logger
+	u       *Upstream
+	handle  string      // the backend's Mcp-Session-Id
+	version string      // negotiated protocol version, sent as MCP-Protocol-Version
+	header  http.Header // Init.Header
+	// handleVal and versionVal are handle and version as header values,
+	// shared by the session's requests once it is open.
+	handleVal, versionVal []string
+	unrelated             func([]byte)
+	lost                  func(error)
+	log                   *slog.Logger
 
 	mu          sync.Mutex
 	closed      bool
@@ -134,22 +135,28 @@ var (
 	valAcceptSSE  = []string{"text/event-stream"}
 )
 
-// sessionHeader returns what every request of the session carries besides
-// its content headers: Init.Header, Upstream.Header, and, once the session
-// is open, its Mcp-Session-Id and MCP-Protocol-Version.
-func (s *httpSession) sessionHeader() http.Header {
-	h := make(http.Header, len(s.header)+len(s.u.Header)+2)
+// setSessionHeader sets on h what every request of the session carries
+// besides its content headers: Init.Header, Upstream.Header, and, once the
+// session is open, its Mcp-Session-Id and MCP-Protocol-Version.
+func (s *httpSession) setSessionHeader(h http.Header) {
 	for k, vs := range s.header {
 		h[k] = vs
 	}
 	s.u.setHeader(h)
 	if s.handle != "" {
-		h[headerSessionID] = []string{s.handle}
+		if s.handleVal == nil {
+			h[headerSessionID] = []string{s.handle}
+		} else {
+			h[headerSessionID] = s.handleVal
+		}
 	}
 	if s.version != "" {
-		h[headerProtocolVersion] = []string{s.version}
+		if s.versionVal == nil {
+			h[headerProtocolVersion] = []string{s.version}
+		} else {
+			h[headerProtocolVersion] = s.versionVal
+		}
 	}
-	return h
 }
 
 // do sends one request of the session.
@@ -172,12 +179,8 @@ func (s *httpSession) do(ctx context.Context, method string, body []byte, lastEv
 		}
 		return nil, err
 	}
-	base := s.base // set once the session is open; the same for all its requests
-	if base == nil {
-		base = s.sessionHeader()
-	}
-	h := make(http.Header, len(base)+3)
-	maps.Copy(h, base)
+	h := make(http.Header, len(s.header)+len(s.u.Header)+4)
+	s.setSessionHeader(h)
 	if body != nil {
 		h["Content-Type"] = valJSON
 		h["Accept"] = valAcceptBoth
