@@ -136,7 +136,7 @@ func (h *Handler) restore(r *http.Request, id string) (*session, error) {
 	s.backend = bs
 	s.standalone = st
 	s.mu.Unlock()
-	s.limitKey = limitKey(r, s.principal)
+	s.limitKey = h.limits.key(r, s.principal)
 	h.limits.take(s.limitKey) // counted, never refused: the session exists
 	h.mu.Lock()
 	h.sessions[id] = s
@@ -163,7 +163,7 @@ func (h *Handler) sealStored(ctx context.Context, s *session, gen uint64) error 
 		if err != nil {
 			continue
 		}
-		st := &stream{key: key, skey: rec.Key, sess: s, gen: rec.Generation, standalone: rec.RequestID == nil, wake: make(chan struct{}, 1)}
+		st := &stream{key: key, skey: rec.Key, sess: s, gen: rec.Generation, standalone: rec.RequestID == nil}
 		if st.standalone {
 			h.appendEvents(st, true, eventlog.Event{Type: resume.EventReset,
 				Data: resume.Reset{Reason: resume.ReasonGenerationChanged, Stream: rec.Key, Generation: rec.Generation}.Marshal()})

@@ -110,6 +110,15 @@ func newSessionLimits(lim Limits, store any) (*sessionLimits, error) {
 	return l, nil
 }
 
+// key is limitKey when a per-principal bound is set, else "" (nothing is
+// counted per principal: an idle session keeps no key).
+func (l *sessionLimits) key(r *http.Request, principal string) string {
+	if l.lim.MaxSessionsPerPrincipal == 0 && l.lim.SessionRate == 0 {
+		return ""
+	}
+	return limitKey(r, principal)
+}
+
 // limitKey is what the per-principal bounds count r under: its principal,
 // or with none its remote IP address.
 func limitKey(r *http.Request, principal string) string {

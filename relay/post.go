@@ -164,7 +164,7 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, body []byte
 		authz:       h.forwardedAuthz(r),
 		incarnation: 1,
 	}
-	s.limitKey = limitKey(r, s.principal)
+	s.limitKey = h.limits.key(r, s.principal)
 	if f := h.limits.admit(r.Context(), s.limitKey); f != nil {
 		h.metrics.rejected.WithLabelValues(f.reason).Inc()
 		if f.err != nil {

@@ -35,12 +35,12 @@ type session struct {
 	inflight    map[*stream]struct{} // request streams awaiting their response
 	closed      bool
 	listening   bool              // the backend's unrelated messages are received (see listen)
+	open        atomic.Int32      // client streams being served (here, not below: no padding)
 	replay      []json.RawMessage // state-setting requests, replayed to each new incarnation
 	recreated   []time.Time       // when the backend side was re-created, within recreationWindow
 
 	lastSeen atomic.Int64 // unix nanos of the last request
 	recorded atomic.Int64 // unix nanos of the LastUsed last written to the store
-	open     atomic.Int32 // client streams being served
 
 	// With a Cluster: the lease this replica holds, and until when (unix
 	// nanos) it may act on it. owner is set instead on a read-only view
@@ -107,7 +107,6 @@ type stream struct {
 	// name the stream (a cursor) before [Handler.makeDurable].
 	unsynced bool
 
-	wake   chan struct{} // cap 1: an event was appended or the state changed
 	cancel context.CancelFunc
 }
 
@@ -115,6 +114,7 @@ type stream struct {
 // makes it end (takeover).
 type attachment struct {
 	kick chan struct{}
+	wake chan struct{} // cap 1: an event was appended or the state changed (stream.signal)
 	// moved is set before kick is closed when the session moves to
 	// another replica: the client must come back (retry), not take the
 	// end for the end of the stream. Guarded by stream.mu.
@@ -122,10 +122,18 @@ type attachment struct {
 	poll  time.Duration // >0: the backend closed its stream asking to poll; guarded by stream.mu
 }
 
+// signal wakes the connection attached, if any: an event was appended or
+// the state changed. A connection attaches before it first reads the log,
+// so none misses a wake-up.
 func (st *stream) signal() {
-	select {
-	case st.wake <- struct{}{}:
-	default:
+	st.mu.Lock()
+	a := st.conn
+	st.mu.Unlock()
+	if a != nil {
+		select {
+		case a.wake <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -254,7 +262,6 @@ func (h *Handler) newStream(ctx context.Context, s *session, gen uint64, standal
 		sess:       s,
 		gen:        gen,
 		standalone: standalone,
-		wake:       make(chan struct{}, 1),
 	}
 	st.skey = st.key.String()
 	rec := &eventlog.Stream{Key: st.skey, Session: s.id, Generation: gen}

@@ -112,7 +112,7 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, s *session
 		st := h.liveStream(key)
 		var a *attachment
 		if st != nil {
-			a = &attachment{kick: make(chan struct{})}
+			a = &attachment{kick: make(chan struct{}), wake: make(chan struct{}, 1)}
 			st.attach(a)
 		}
 		next, ok := h.follow(r, c, s, st, a, key, p, pollC)
@@ -254,7 +254,7 @@ func (h *Handler) follow(r *http.Request, c *sseConn, s *session, st *stream, a 
 			return nil, true
 		}
 		select {
-		case <-st.wake:
+		case <-a.wake:
 		case <-a.kick:
 			st.mu.Lock()
 			moved := a.moved
