@@ -230,15 +230,18 @@ func (r *httpReply) resume() error {
 // restoreIDs puts the client's ids back into the responses data holds,
 // and notes which requests are answered.
 func (r *httpReply) restoreIDs(data []byte) []byte {
-	if h, ok := wire.ReadHead(data); ok {
-		// One message, read in one scan (the relay validates what it
-		// logs): only a response's id is the connector's own.
-		if h.Method || !h.HasID() {
+	if id, hasMethod, ok := wire.Route(data); ok {
+		// One message, read up to its method (the relay validates what
+		// it logs): only a response's id is the connector's own.
+		if hasMethod || len(id) == 0 {
 			return data
 		}
-		if client, ok := r.orig[string(wire.IDKey(h.ID(data)))]; ok {
-			delete(r.orig, string(wire.IDKey(h.ID(data))))
-			return h.ReplaceID(data, client)
+		own := string(wire.IDKey(id))
+		if client, ok := r.orig[own]; ok {
+			if out, ok := wire.ReplaceID(data, client); ok {
+				delete(r.orig, own)
+				return out
+			}
 		}
 		return data
 	}

@@ -98,6 +98,12 @@ func ResponseIDs(data []byte, buf []json.RawMessage) []json.RawMessage {
 	return buf
 }
 
+// Route reads the top level of one JSON object, without validating it, for
+// its raw "id" and whether it has a method, stopping at the method (nearly
+// every message a stream carries is a notification, read no further). ok
+// is false when it cannot read data that way (a batch, an escaped key).
+func Route(data []byte) (id []byte, hasMethod, ok bool) { return scanRoute(data) }
+
 // scanRoute reads the top level of one JSON object for the raw "id" value
 // and whether a non-empty "method" is present, stopping at that method.
 // ok is false when the text is not an object it can read this way (then
