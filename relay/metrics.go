@@ -241,11 +241,8 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	restoring := len(h.restoring)
-	sts := make([]*stream, 0, len(h.streams))
-	for _, st := range h.streams {
-		sts = append(sts, st)
-	}
 	h.mu.RUnlock()
+	sts := h.streams.all()
 	// [standalone][attached]
 	var n [2][2]int
 	for _, st := range sts {

@@ -164,7 +164,7 @@ type Handler struct {
 
 	mu       sync.RWMutex
 	sessions map[string]*session
-	streams  map[string]*stream // live (non-terminal) streams by key, for wake-ups and takeover
+	streams  streamIndex // live (non-terminal) streams by key, for wake-ups and takeover (locks of its own)
 	// restoring has a channel per session being restored from the store,
 	// closed when done.
 	restoring map[string]chan struct{}
@@ -248,7 +248,6 @@ func New(opts Options) (*Handler, error) {
 		ctx:         ctx,
 		cancel:      cancel,
 		sessions:    make(map[string]*session),
-		streams:     make(map[string]*stream),
 		restoring:   make(map[string]chan struct{}),
 		shutdown:    make(chan struct{}),
 		janitorDone: make(chan struct{}),

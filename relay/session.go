@@ -289,9 +289,7 @@ func (h *Handler) newStream(ctx context.Context, s *session, gen uint64, standal
 	if err != nil {
 		return nil, err
 	}
-	h.mu.Lock()
-	h.streams[st.skey] = st
-	h.mu.Unlock()
+	h.streams.put(st)
 	return st, nil
 }
 
@@ -339,9 +337,7 @@ func (st *stream) pendingIDs() []json.RawMessage {
 
 // liveStream returns the in-memory stream for key, or nil.
 func (h *Handler) liveStream(key string) *stream {
-	h.mu.RLock()
-	defer h.mu.RUnlock()
-	return h.streams[key]
+	return h.streams.get(key)
 }
 
 // Appending while the store fails (a Redis restart, a full disk): the
@@ -426,9 +422,7 @@ func (h *Handler) appendEvents(st *stream, terminal bool, evs ...eventlog.Event)
 // retire forgets a terminal stream: readers still attached finish from the
 // log, later resumes read the log alone.
 func (h *Handler) retire(st *stream) {
-	h.mu.Lock()
-	delete(h.streams, st.skey)
-	h.mu.Unlock()
+	h.streams.remove(st)
 	s := st.sess
 	s.mu.Lock()
 	delete(s.inflight, st)
@@ -515,10 +509,11 @@ func (h *Handler) detachSession(s *session) ([]*stream, backend.Session, bool) {
 	if counted {
 		delete(h.sessions, s.id)
 	}
-	for _, st := range sts {
-		delete(h.streams, st.skey)
-	}
+
 	h.mu.Unlock()
+	for _, st := range sts {
+		h.streams.remove(st)
+	}
 	if counted {
 		h.limits.release(s.limitKey)
 	}
@@ -574,4 +569,63 @@ func (h *Handler) janitor() {
 			}
 		}
 	}
+}
+
+// streamIndex is the relay's live streams by key, in shards: a call adds
+// and removes its stream, and concurrent calls should not wait on one lock
+// for it.
+type streamIndex struct {
+	shards [16]struct {
+		mu sync.RWMutex
+		m  map[string]*stream
+		_  [32]byte // shards on separate cache lines
+	}
+}
+
+func (x *streamIndex) shard(key string) int {
+	if key == "" {
+		return 0
+	}
+	return int(key[len(key)-1]) % len(x.shards) // keys are random base64
+}
+
+func (x *streamIndex) put(st *stream) {
+	sh := &x.shards[x.shard(st.skey)]
+	sh.mu.Lock()
+	if sh.m == nil {
+		sh.m = make(map[string]*stream)
+	}
+	sh.m[st.skey] = st
+	sh.mu.Unlock()
+}
+
+func (x *streamIndex) get(key string) *stream {
+	sh := &x.shards[x.shard(key)]
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	return sh.m[key]
+}
+
+// remove forgets st (not another stream under its key).
+func (x *streamIndex) remove(st *stream) {
+	sh := &x.shards[x.shard(st.skey)]
+	sh.mu.Lock()
+	if sh.m[st.skey] == st {
+		delete(sh.m, st.skey)
+	}
+	sh.mu.Unlock()
+}
+
+// all returns every live stream.
+func (x *streamIndex) all() []*stream {
+	var sts []*stream
+	for i := range x.shards {
+		sh := &x.shards[i]
+		sh.mu.RLock()
+		for _, st := range sh.m {
+			sts = append(sts, st)
+		}
+		sh.mu.RUnlock()
+	}
+	return sts
 }
