@@ -312,6 +312,7 @@ type sseConn struct {
 	w     http.ResponseWriter
 	rc    *http.ResponseController
 	codec *resume.Codec
+	sids  resume.StreamIDs // the current stream's ID minter (ids)
 	buf   []byte
 	idBuf []byte
 	err   error
@@ -349,8 +350,17 @@ func (c *sseConn) stopHold() {
 	}
 }
 
+// ids returns the minter of the IDs of key's events at gen, made once
+// for each stream the connection serves.
+func (c *sseConn) ids(key resume.StreamKey, gen uint64) *resume.StreamIDs {
+	if !c.sids.Is(key, gen) {
+		c.sids = c.codec.Stream(key, gen)
+	}
+	return &c.sids
+}
+
 func (c *sseConn) id(key resume.StreamKey, gen, seq uint64, retry time.Duration, emptyData bool) {
-	c.idBuf = c.codec.AppendID(c.idBuf[:0], resume.Cursor{Stream: key, Generation: gen, Seq: seq})
+	c.idBuf = c.ids(key, gen).AppendID(c.idBuf[:0], seq)
 	e := sse.Event{ID: string(c.idBuf), Retry: retry}
 	if emptyData {
 		e.Data = []byte{}
@@ -363,7 +373,7 @@ func (c *sseConn) event(key resume.StreamKey, gen uint64, ev eventlog.Event) {
 	// The id line is written here, straight from the codec, so that no
 	// string is made per event; AppendEvent writes the rest.
 	c.buf = append(c.buf, "id: "...)
-	c.buf = c.codec.AppendID(c.buf, resume.Cursor{Stream: key, Generation: gen, Seq: ev.Seq})
+	c.buf = c.ids(key, gen).AppendID(c.buf, ev.Seq)
 	c.buf = append(c.buf, '\n')
 	c.buf = sse.AppendEvent(c.buf, sse.Event{Type: ev.Type, Data: ev.Data})
 	if len(c.buf) >= 32<<10 {

@@ -1,6 +1,8 @@
 package resume
 
 import (
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -20,7 +22,8 @@ var (
 )
 
 const (
-	version    = 1
+	version1   = 1 // MAC: HMAC-SHA256 over the whole body (still parsed: IDs minted before v2)
+	version    = 2 // MAC: AES over the stream's PRF and the seq (minted)
 	minSecret  = 32
 	keyLen     = 16
 	macLen     = 12
@@ -29,10 +32,19 @@ const (
 	maxRawLen  = headerLen + 2*binary.MaxVarintLen64 + macLen // 49
 	maxInput   = 128                                          // Parse rejects longer input before decoding
 	domainText = "mcprelay-event-id-v1"
+	// domainV2 prefixes the stream PRF's input; blockKeyText is what the
+	// AES key is derived from. Neither is a prefix of the other or of
+	// domainText's inputs.
+	domainV2     = "mcprelay-event-id-v2"
+	blockKeyText = "mcprelay-event-id-aes-key-v2"
 )
 
-// domainTag separates event-ID MACs from any other use of the relay secret.
-var domainTag = []byte(domainText)
+// domainTag separates event-ID MACs from any other use of the relay secret;
+// domainTagV2 the stream PRF's inputs.
+var (
+	domainTag   = []byte(domainText)
+	domainTagV2 = []byte(domainV2)
+)
 
 // b64 is the one encoding for event IDs and stream keys: base64url, no padding,
 // and strict about the unused low bits of the last character, so that two
@@ -82,8 +94,18 @@ type Cursor struct {
 //
 // Every replica that must accept another replica's IDs needs a codec built
 // from the same secret.
+//
+// An ID's MAC (version 2) is AES-128, under a key derived from the secret,
+// of one block: the stream's PRF (the first 8 bytes of HMAC-SHA256 of the
+// stream key and generation) and the sequence number. The PRF is computed
+// once per stream ([Codec.Stream]): each event's ID then costs one AES
+// block, not an HMAC. A change to any of stream, generation or sequence
+// changes the block, and the MAC of a block not seen is unpredictable
+// without the key. Version 1 IDs (HMAC-SHA256 of the whole body) are still
+// accepted.
 type Codec struct {
-	macs sync.Pool // of *macState, each keyed with the codec's secret
+	macs  sync.Pool    // of *macState, each keyed with the codec's secret
+	block cipher.Block // AES-128 under blockKey
 }
 
 // macState is one pooled HMAC with scratch space, so that neither the payload
@@ -92,7 +114,12 @@ type macState struct {
 	h   hash.Hash
 	raw [maxRawLen]byte
 	sum [sha256.Size]byte
+	blk aesScratch
 }
+
+// aesScratch is where blockMAC works, kept with its owner so that nothing
+// escapes to the heap through cipher.Block.
+type aesScratch struct{ in, out [aes.BlockSize]byte }
 
 // NewCodec returns a codec keyed by secret, which must be at least 32 bytes
 // long, else the error wraps ErrWeakSecret. The codec keeps its own copy of
@@ -106,7 +133,77 @@ func NewCodec(secret []byte) (*Codec, error) {
 	c.macs.New = func() any {
 		return &macState{h: hmac.New(sha256.New, key)}
 	}
+	kh := hmac.New(sha256.New, key)
+	kh.Write([]byte(blockKeyText))
+	block, err := aes.NewCipher(kh.Sum(nil)[:16])
+	if err != nil {
+		return nil, err
+	}
+	c.block = block
 	return c, nil
+}
+
+// StreamIDs mints the IDs of one stream generation's events; see
+// [Codec.Stream]. The zero value is not usable. Not safe for concurrent
+// use; copies are independent.
+type StreamIDs struct {
+	c    *Codec
+	key  StreamKey
+	gen  uint64
+	prf  [8]byte
+	head [headerLen + binary.MaxVarintLen64]byte // version | stream key | uvarint generation
+	n    int                                     // length of head
+	blk  aesScratch
+	raw  [maxRawLen]byte
+}
+
+// Stream returns the minter of the IDs of stream key's events at
+// generation gen: the stream's part of the MAC is computed here, once.
+func (c *Codec) Stream(key StreamKey, gen uint64) StreamIDs {
+	s := StreamIDs{c: c, key: key, gen: gen}
+	s.head[0] = version
+	copy(s.head[1:headerLen], key[:])
+	s.n = headerLen + binary.PutUvarint(s.head[headerLen:], gen)
+	s.prf = c.streamPRF(key, gen)
+	return s
+}
+
+// Is reports whether s mints the IDs of key at gen.
+func (s *StreamIDs) Is(key StreamKey, gen uint64) bool {
+	return s.c != nil && s.key == key && s.gen == gen
+}
+
+// AppendID appends the ID of the event seq of s's stream to dst. It does
+// not allocate when dst has room for the ID.
+func (s *StreamIDs) AppendID(dst []byte, seq uint64) []byte {
+	n := copy(s.raw[:], s.head[:s.n])
+	n += binary.PutUvarint(s.raw[n:], seq)
+	n += copy(s.raw[n:], s.c.blockMAC(&s.blk, s.prf, seq))
+	return b64.AppendEncode(dst, s.raw[:n])
+}
+
+// streamPRF is the first 8 bytes of HMAC-SHA256(domainV2 | key | uvarint
+// gen).
+func (c *Codec) streamPRF(key StreamKey, gen uint64) [8]byte {
+	m := c.macs.Get().(*macState)
+	n := copy(m.raw[:], key[:])
+	n += binary.PutUvarint(m.raw[n:], gen)
+	m.h.Reset()
+	m.h.Write(domainTagV2)
+	m.h.Write(m.raw[:n])
+	sum := m.h.Sum(m.sum[:0])
+	var prf [8]byte
+	copy(prf[:], sum)
+	c.macs.Put(m)
+	return prf
+}
+
+// blockMAC is the MAC of version 2: AES(prf | big-endian seq), truncated.
+func (c *Codec) blockMAC(b *aesScratch, prf [8]byte, seq uint64) []byte {
+	copy(b.in[:8], prf[:])
+	binary.BigEndian.PutUint64(b.in[8:], seq)
+	c.block.Encrypt(b.out[:], b.in[:])
+	return b.out[:macLen]
 }
 
 // mac computes the truncated MAC of m.raw[:n] into m.sum[:macLen].
@@ -121,9 +218,14 @@ func (m *macState) mac(n int) []byte {
 // slice. The ID is opaque, visible ASCII (unpadded base64url), and at most 66
 // bytes long. AppendID does not allocate when dst has room for the ID.
 func (c *Codec) AppendID(dst []byte, cur Cursor) []byte {
+	prf := c.streamPRF(cur.Stream, cur.Generation)
 	m := c.macs.Get().(*macState)
-	n := encodeBody(&m.raw, cur)
-	n += copy(m.raw[n:], m.mac(n))
+	m.raw[0] = version
+	copy(m.raw[1:headerLen], cur.Stream[:])
+	n := headerLen
+	n += binary.PutUvarint(m.raw[n:], cur.Generation)
+	n += binary.PutUvarint(m.raw[n:], cur.Seq)
+	n += copy(m.raw[n:], c.blockMAC(&m.blk, prf, cur.Seq))
 	dst = b64.AppendEncode(dst, m.raw[:n])
 	c.macs.Put(m)
 	return dst
@@ -162,24 +264,22 @@ func (c *Codec) Parse(id string) (Cursor, error) {
 	if err != nil {
 		return Cursor{}, err
 	}
-	m := c.macs.Get().(*macState)
-	copy(m.raw[:], raw[:bodyLen])
-	ok := hmac.Equal(m.mac(bodyLen), raw[bodyLen:n])
-	c.macs.Put(m)
+	var ok bool
+	if raw[0] == version1 {
+		m := c.macs.Get().(*macState)
+		copy(m.raw[:], raw[:bodyLen])
+		ok = hmac.Equal(m.mac(bodyLen), raw[bodyLen:n])
+		c.macs.Put(m)
+	} else {
+		prf := c.streamPRF(cur.Stream, cur.Generation)
+		m := c.macs.Get().(*macState)
+		ok = hmac.Equal(c.blockMAC(&m.blk, prf, cur.Seq), raw[bodyLen:n])
+		c.macs.Put(m)
+	}
 	if !ok {
 		return Cursor{}, ErrForged
 	}
 	return cur, nil
-}
-
-// encodeBody writes everything before the MAC into raw and returns its length.
-func encodeBody(raw *[maxRawLen]byte, cur Cursor) int {
-	raw[0] = version
-	copy(raw[1:headerLen], cur.Stream[:])
-	n := headerLen
-	n += binary.PutUvarint(raw[n:], cur.Generation)
-	n += binary.PutUvarint(raw[n:], cur.Seq)
-	return n
 }
 
 // decodeBody parses raw (body and MAC) and returns the cursor and the length
@@ -188,7 +288,7 @@ func decodeBody(raw []byte) (Cursor, int, error) {
 	if len(raw) < minRawLen || len(raw) > maxRawLen {
 		return Cursor{}, 0, fmt.Errorf("%w: %d decoded bytes", ErrMalformed, len(raw))
 	}
-	if raw[0] != version {
+	if raw[0] != version && raw[0] != version1 {
 		return Cursor{}, 0, fmt.Errorf("%w: version %d", ErrMalformed, raw[0])
 	}
 	var cur Cursor

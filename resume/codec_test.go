@@ -204,7 +204,14 @@ func TestParseErrors(t *testing.T) {
 		{name: "space", id: " " + valid, want: ErrMalformed},
 		{name: "standard alphabet", id: strings.Repeat("+/", 21), want: ErrMalformed},
 		{name: "non-ASCII", id: "é" + valid[2:], want: ErrMalformed},
-		{name: "wrong version, valid MAC", id: sign(c, body([]byte{2}, key, v(1), v(1))), want: ErrMalformed},
+		{name: "wrong version, valid MAC", id: sign(c, body([]byte{3}, key, v(1), v(1))), want: ErrMalformed},
+		{name: "version 2 with a version 1 MAC", id: sign(c, body([]byte{2}, key, v(1), v(1))), want: ErrForged},
+		{name: "version 1 with a version 2 MAC", id: func() string {
+			b, _ := base64.RawURLEncoding.DecodeString(c.ID(Cursor{Generation: 1, Seq: 1}))
+			b[0] = 1
+			return base64.RawURLEncoding.EncodeToString(b)
+		}(), want: ErrForged},
+		{name: "version 1 (before version 2), valid MAC", id: sign(c, body([]byte{1}, key, v(1), v(1))), want: nil},
 		{name: "version 0, valid MAC", id: sign(c, body([]byte{0}, key, v(1), v(1))), want: ErrMalformed},
 		{name: "non-minimal generation, valid MAC", id: sign(c, body([]byte{1}, key, []byte{0x81, 0x00}, v(1))), want: ErrMalformed},
 		{name: "non-minimal seq, valid MAC", id: sign(c, body([]byte{1}, key, v(1), []byte{0x80, 0x80, 0x00})), want: ErrMalformed},
@@ -376,5 +383,56 @@ func TestParseStreamKey(t *testing.T) {
 		if _, err := ParseStreamKey(bad); !errors.Is(err, ErrMalformed) {
 			t.Errorf("ParseStreamKey(%q) = %v, want ErrMalformed", bad, err)
 		}
+	}
+}
+
+// TestStreamIDs: a stream's minter mints what Codec.AppendID mints, for
+// every sequence number, and its IDs parse back; each ID's MAC depends on
+// the stream, the generation and the sequence number.
+func TestStreamIDs(t *testing.T) {
+	c := newTestCodec(t, testSecret)
+	for _, cur := range testCursors(50) {
+		s := c.Stream(cur.Stream, cur.Generation)
+		if !s.Is(cur.Stream, cur.Generation) || s.Is(cur.Stream, cur.Generation+1) {
+			t.Fatalf("Is is wrong for %+v", cur)
+		}
+		for _, seq := range []uint64{0, 1, cur.Seq, math.MaxUint64} {
+			got := string(s.AppendID(nil, seq))
+			want := c.ID(Cursor{Stream: cur.Stream, Generation: cur.Generation, Seq: seq})
+			if got != want {
+				t.Fatalf("Stream(%v, %d).AppendID(%d) = %s, Codec.ID %s", cur.Stream, cur.Generation, seq, got, want)
+			}
+			back, err := c.Parse(got)
+			if err != nil || back != (Cursor{Stream: cur.Stream, Generation: cur.Generation, Seq: seq}) {
+				t.Fatalf("Parse(%s) = %+v, %v", got, back, err)
+			}
+		}
+	}
+	// Moving the MAC of one cursor onto another never verifies.
+	a := c.Stream(StreamKey{1}, 1)
+	macOf := func(id string) []byte {
+		b, _ := base64.RawURLEncoding.DecodeString(id)
+		return b[len(b)-macLen:]
+	}
+	for _, other := range []Cursor{{Stream: StreamKey{2}, Generation: 1, Seq: 5}, {Stream: StreamKey{1}, Generation: 2, Seq: 5}, {Stream: StreamKey{1}, Generation: 1, Seq: 6}} {
+		b, _ := base64.RawURLEncoding.DecodeString(c.ID(other))
+		copy(b[len(b)-macLen:], macOf(string(a.AppendID(nil, 5))))
+		if _, err := c.Parse(base64.RawURLEncoding.EncodeToString(b)); !errors.Is(err, ErrForged) {
+			t.Fatalf("the MAC of stream {1} gen 1 seq 5 on %+v: %v, want ErrForged", other, err)
+		}
+	}
+	buf := make([]byte, 0, 128)
+	if n := testing.AllocsPerRun(100, func() { buf = a.AppendID(buf[:0], 7) }); n != 0 {
+		t.Fatalf("StreamIDs.AppendID: %v allocs/op, want 0", n)
+	}
+}
+
+func BenchmarkStreamAppendID(b *testing.B) {
+	c := newTestCodec(b, testSecret)
+	s := c.Stream(StreamKey{1, 2, 3}, 1)
+	buf := make([]byte, 0, 128)
+	b.ReportAllocs()
+	for i := range b.N {
+		buf = s.AppendID(buf[:0], uint64(i))
 	}
 }

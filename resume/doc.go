@@ -32,10 +32,14 @@
 //
 // An event ID is the unpadded base64url encoding of
 //
-//	version (1 byte, = 1) | stream key (16 bytes) | uvarint generation | uvarint seq | MAC (12 bytes)
+//	version (1 byte, = 2) | stream key (16 bytes) | uvarint generation | uvarint seq | MAC (12 bytes)
 //
-// where MAC is the first 12 bytes of HMAC-SHA256(secret, "mcprelay-event-id-v1" || everything
-// before the MAC). The ID carries no session ID: IDs end up in logs and proxies, and the
+// where MAC is the first 12 bytes of AES-128(K, PRF || seq as 8 big-endian bytes), K the first
+// 16 bytes of HMAC-SHA256(secret, "mcprelay-event-id-aes-key-v2") and PRF the first 8 bytes of
+// HMAC-SHA256(secret, "mcprelay-event-id-v2" || stream key || uvarint generation). PRF is
+// computed once per stream ([Codec.Stream]), so an event's ID costs one AES block. Version 1
+// IDs, whose MAC is the first 12 bytes of HMAC-SHA256(secret, "mcprelay-event-id-v1" ||
+// everything before the MAC), are still accepted. The ID carries no session ID: IDs end up in logs and proxies, and the
 // stream key is enough to find the owning session in the log. The MAC lets the relay tell a
 // forged cursor (400) from a genuine cursor of another session (409) without trusting the
 // client. Parse accepts exactly the strings the codec mints: strict base64url without
