@@ -55,11 +55,13 @@ func TestCrashResumeExact(t *testing.T) {
 		read        int // data events read before the kill; -1: the whole stream
 		resumeAfter int // resume after the ID of this data event (0: the priming event)
 		completed   bool
+		silent      bool // call test_reconnection, silent for 100 ms: its priming event goes out after its stream's record is synced (the relay's primeDelay), not with a first event
 	}{
 		{name: "lost after the priming event", count: 200, intervalMS: 20, read: 0, resumeAfter: 0},
 		{name: "lost after 5 events", count: 200, intervalMS: 20, read: 5, resumeAfter: 5},
 		{name: "lost, resumed from an earlier cursor", count: 200, intervalMS: 20, read: 8, resumeAfter: 3},
 		{name: "completed before the crash, resumed before its end", count: 4, intervalMS: 0, read: -1, resumeAfter: 1, completed: true},
+		{name: "silent call lost after its priming event", read: 0, resumeAfter: 0, silent: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -86,7 +88,11 @@ func TestCrashResumeExact(t *testing.T) {
 			}
 
 			const reqID = "c1"
-			resp, err := do(ctx, p.url(), http.MethodPost, sessionHeaders(sid, ""), callBody(reqID, reqID, tt.count, tt.intervalMS))
+			body := callBody(reqID, reqID, tt.count, tt.intervalMS)
+			if tt.silent {
+				body = `{"jsonrpc":"2.0","id":"` + reqID + `","method":"tools/call","params":{"name":"test_reconnection"}}`
+			}
+			resp, err := do(ctx, p.url(), http.MethodPost, sessionHeaders(sid, ""), body)
 			if err != nil || resp.StatusCode != http.StatusOK {
 				t.Fatalf("POST: %v %v", resp, err)
 			}
