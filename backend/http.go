@@ -312,7 +312,8 @@ func (s *httpSession) Call(ctx context.Context, msg []byte, ids []json.RawMessag
 		return nil, ErrSessionLost
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	r := &httpReply{ctx: ctx, cancel: cancel, s: s, orig: make(map[string]json.RawMessage)}
+	r := &httpReply{ctx: ctx, cancel: cancel, s: s}
+	r.orig, r.ownIDs, r.keys = r.oneOrig[:0], r.oneOwn[:0], r.oneKey[:0]
 	out, err := s.rewriteLocked(msg, r)
 	if s.calls == nil {
 		s.calls = make(map[*httpReply]struct{})
@@ -355,19 +356,20 @@ func (s *httpSession) rewriteLocked(msg []byte, r *httpReply) ([]byte, error) {
 			return m, nil // a notification, or a response to a server's request
 		}
 		s.nextID++
-		own := json.RawMessage(`"mcprelay-` + strconv.FormatUint(s.nextID, 10) + `"`)
-		out := head.ReplaceID(m, own)
-		r.orig[string(own)] = client
-		r.ownIDs = append(r.ownIDs, string(own))
+		var buf [32]byte
+		own := string(append(strconv.AppendUint(append(buf[:0], `"mcprelay-`...), s.nextID, 10), '"'))
+		out := head.ReplaceID(m, []byte(own))
+		r.orig = append(r.orig, idPair{own: own, client: client})
+		r.ownIDs = append(r.ownIDs, own)
 		if s.inflightIDs == nil {
 			s.inflightIDs = make(map[string]string)
 		}
 		k := wire.MatchKey(client)
-		s.inflightIDs[k] = string(own)
+		s.inflightIDs[k] = own
 		if s.clientIDs == nil {
 			s.clientIDs = make(map[string]json.RawMessage)
 		}
-		s.clientIDs[string(own)] = client
+		s.clientIDs[own] = client
 		r.keys = append(r.keys, k)
 		return out, nil
 	}

@@ -28,17 +28,22 @@ const maxResumes = 5
 // resumes with GET and Last-Event-ID when it breaks before the caller has
 // what it waits for.
 type httpReply struct {
-	ctx     context.Context
-	cancel  context.CancelFunc
-	s       *httpSession
-	orig    map[string]json.RawMessage // the connector's id → the client's, for requests not answered yet
-	keys    []string                   // the client ids' match keys, in the session's map of calls in flight
-	ownIDs  []string                   // the connector's ids of the call's requests
-	body    io.ReadCloser              // nil between a broken stream and its resumption
-	sc      *sse.Scanner               // nil for a JSON body
-	jsonEnd bool                       // the JSON body was read
-	mem     bool                       // body is an in-process handler's whole answer (TryNext reads it)
-	ended   bool                       // TryNext read the end of body; endErr is what read returned
+	ctx    context.Context
+	cancel context.CancelFunc
+	s      *httpSession
+	orig   []idPair // the connector's ids and the client's, for requests not answered yet
+	// Room for orig, ownIDs and keys of a call of one request: no
+	// allocation of their own.
+	oneOrig [1]idPair
+	oneOwn  [1]string
+	oneKey  [1]string
+	keys    []string      // the client ids' match keys, in the session's map of calls in flight
+	ownIDs  []string      // the connector's ids of the call's requests
+	body    io.ReadCloser // nil between a broken stream and its resumption
+	sc      *sse.Scanner  // nil for a JSON body
+	jsonEnd bool          // the JSON body was read
+	mem     bool          // body is an in-process handler's whole answer (TryNext reads it)
+	ended   bool          // TryNext read the end of body; endErr is what read returned
 	endErr  error
 	cursor  string        // the backend's last event ID, kept across failed resumes
 	retry   time.Duration // the backend's last retry field
@@ -237,9 +242,8 @@ func (r *httpReply) restoreIDs(data []byte) []byte {
 			return data
 		}
 		own := string(wire.IDKey(id))
-		if client, ok := r.orig[own]; ok {
+		if client, ok := r.answer(own); ok {
 			if out, ok := wire.ReplaceID(data, client); ok {
-				delete(r.orig, own)
 				return out
 			}
 		}
@@ -251,8 +255,7 @@ func (r *httpReply) restoreIDs(data []byte) []byte {
 	}
 	swap := func(m []byte) []byte {
 		for _, id := range wire.ResponseIDs(m, nil) {
-			if client, ok := r.orig[string(id)]; ok {
-				delete(r.orig, string(id))
+			if client, ok := r.answer(string(id)); ok {
 				m, _ = wire.ReplaceID(m, client)
 			}
 		}
@@ -273,6 +276,25 @@ func (r *httpReply) restoreIDs(data []byte) []byte {
 		return out
 	}
 	return swap(data)
+}
+
+// idPair is a request's id as the backend saw it (the connector's own) and
+// as the client sent it.
+type idPair struct {
+	own    string
+	client json.RawMessage
+}
+
+// answer returns the client's id of the request the connector's id own
+// names, and forgets it: that request is answered.
+func (r *httpReply) answer(own string) (json.RawMessage, bool) {
+	for i, p := range r.orig {
+		if p.own == own {
+			r.orig = slices.Delete(r.orig, i, i+1)
+			return p.client, true
+		}
+	}
+	return nil, false
 }
 
 // Close abandons the reply; a Next blocked on the backend returns.
