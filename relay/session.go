@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"hash/maphash"
 	"maps"
 	"net/http"
 	"slices"
@@ -582,11 +583,12 @@ type streamIndex struct {
 	}
 }
 
+// shardSeed spreads stream keys over the shards. (A key's last base64
+// character would not: it carries 2 bits of the key and 4 of padding.)
+var shardSeed = maphash.MakeSeed()
+
 func (x *streamIndex) shard(key string) int {
-	if key == "" {
-		return 0
-	}
-	return int(key[len(key)-1]) % len(x.shards) // keys are random base64
+	return int(maphash.String(shardSeed, key) % uint64(len(x.shards)))
 }
 
 func (x *streamIndex) put(st *stream) {
