@@ -49,16 +49,10 @@ func TestResponseOnGETStreamKeepsClientID(t *testing.T) {
 			<-done
 			return
 		}
-		var m struct {
-			ID     json.RawMessage `json:"id"`
-			Method string          `json:"method"`
-		}
-		json.NewDecoder(r.Body).Decode(&m)
+		m := readRequest(r)
 		switch m.Method {
 		case "initialize":
-			w.Header().Set("Mcp-Session-Id", "s1")
-			w.Header().Set("Content-Type", "application/json")
-			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"x","version":"1"}}}`, m.ID)
+			answerInitialize(w, m.ID)
 		case "tools/call":
 			calls <- string(m.ID)
 			w.Header().Set("Content-Type", "text/event-stream")
@@ -118,15 +112,9 @@ func TestGETStreamOpensOnListen(t *testing.T) {
 					<-r.Context().Done()
 					return
 				}
-				var m struct {
-					ID     json.RawMessage `json:"id"`
-					Method string          `json:"method"`
-				}
-				json.NewDecoder(r.Body).Decode(&m)
+				m := readRequest(r)
 				if m.Method == "initialize" {
-					w.Header().Set("Mcp-Session-Id", "s1")
-					w.Header().Set("Content-Type", "application/json")
-					fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"x","version":"1"}}}`, m.ID)
+					answerInitialize(w, m.ID)
 					return
 				}
 				w.WriteHeader(http.StatusAccepted)
@@ -182,9 +170,7 @@ func TestBufferedReply(t *testing.T) {
 		json.NewDecoder(r.Body).Decode(&m)
 		switch {
 		case m.Method == "initialize":
-			w.Header().Set("Mcp-Session-Id", "s1")
-			w.Header().Set("Content-Type", "application/json")
-			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"x","version":"1"}}}`, m.ID)
+			answerInitialize(w, m.ID)
 		case m.Params.Name == "quick":
 			w.Header().Set("Content-Type", "application/json")
 			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"quick":true}}`, m.ID)
@@ -198,17 +184,7 @@ func TestBufferedReply(t *testing.T) {
 			w.WriteHeader(http.StatusAccepted)
 		}
 	})
-	s, _, err := backend.Handler(srv).Open(t.Context(), backend.Init{
-		Request: []byte(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Notify(t.Context(), []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)); err != nil {
-		t.Fatal(err)
-	}
-
+	s := openSession(t, srv)
 	r, err := s.Call(t.Context(), []byte(`{"jsonrpc":"2.0","id":"c-1","method":"tools/call","params":{"name":"quick"}}`), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -258,16 +234,10 @@ func TestReplyResumesBrokenStream(t *testing.T) {
 			fmt.Fprintf(w, "id: e2\ndata: {\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{}}\n\n", own.Load())
 			return
 		}
-		var m struct {
-			ID     json.RawMessage `json:"id"`
-			Method string          `json:"method"`
-		}
-		json.NewDecoder(r.Body).Decode(&m)
+		m := readRequest(r)
 		switch m.Method {
 		case "initialize":
-			w.Header().Set("Mcp-Session-Id", "s1")
-			w.Header().Set("Content-Type", "application/json")
-			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"x","version":"1"}}}`, m.ID)
+			answerInitialize(w, m.ID)
 		case "tools/call":
 			own.Store(string(m.ID))
 			w.Header().Set("Content-Type", "text/event-stream")
@@ -277,13 +247,7 @@ func TestReplyResumesBrokenStream(t *testing.T) {
 			w.WriteHeader(http.StatusAccepted)
 		}
 	})
-	s, _, err := backend.Handler(srv).Open(t.Context(), backend.Init{
-		Request: []byte(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openSession(t, srv)
 	r, err := s.Call(t.Context(), []byte(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x"}}`), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -298,4 +262,41 @@ func TestReplyResumesBrokenStream(t *testing.T) {
 	if got := <-lastIDs; got != "e1" {
 		t.Fatalf("the resuming GET had Last-Event-ID %q, want e1", got)
 	}
+}
+
+// answerInitialize answers a test backend's initialize request with
+// session "s1".
+func answerInitialize(w http.ResponseWriter, id json.RawMessage) {
+	w.Header().Set("Mcp-Session-Id", "s1")
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"x","version":"1"}}}`, id)
+}
+
+// openSession opens a session of the in-process backend srv and sends
+// notifications/initialized; it is closed when the test ends.
+func openSession(t *testing.T, srv http.Handler) backend.Session {
+	t.Helper()
+	s, _, err := backend.Handler(srv).Open(t.Context(), backend.Init{
+		Request: []byte(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Notify(t.Context(), []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// testRequest is what the test backends read of a request.
+type testRequest struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+}
+
+func readRequest(r *http.Request) testRequest {
+	var m testRequest
+	json.NewDecoder(r.Body).Decode(&m)
+	return m
 }
