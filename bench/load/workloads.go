@@ -433,24 +433,26 @@ func Median(xs []float64) float64 {
 
 // awaitResumable retries a resume answered 409 Conflict for up to a second.
 func awaitResumable(ctx context.Context, s *Session, id string) error {
-	for i := 0; ; i++ {
-		_, err := s.Resume(ctx, id)
-		if err == nil || !errors.Is(err, ErrStatus) || !strings.Contains(err.Error(), "409") || i == 100 {
-			return nil // the samples report any other outcome
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
+	_, err := ResumeSettled(ctx, s, id)
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
 	}
+	return nil // the samples report any other outcome
 }
 
 // ResumeSettled is [Session.Resume], retried for up to a second while the
-// server answers 409 Conflict (a stream it has not yet marked finished).
+// server answers 409 Conflict: a stream it has not yet marked finished, or
+// (the Go SDK) a resume of the same stream it has not released yet.
 func ResumeSettled(ctx context.Context, s *Session, lastEventID string) (StreamStats, error) {
-	if err := awaitResumable(ctx, s, lastEventID); err != nil {
-		return StreamStats{}, err
+	for i := 0; ; i++ {
+		st, err := s.Resume(ctx, lastEventID)
+		if err == nil || !errors.Is(err, ErrStatus) || !strings.Contains(err.Error(), "409") || i == 100 {
+			return st, err
+		}
+		select {
+		case <-ctx.Done():
+			return st, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
-	return s.Resume(ctx, lastEventID)
 }
