@@ -1,14 +1,18 @@
 package relay_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/mcprelay/mcprelay/backend"
 	"github.com/mcprelay/mcprelay/eventlog"
 	"github.com/mcprelay/mcprelay/internal/mcptest"
 	"github.com/mcprelay/mcprelay/relay"
@@ -169,5 +173,46 @@ func TestUnsyncedStreamSyncFails(t *testing.T) {
 	m := mcptest.Decode(t, evs[0].Data)
 	if string(m.ID) != `"slow-1"` || m.Error == nil || m.Error.Code != resume.CodeRequestLost {
 		t.Fatalf("event %s, want the request-lost error for slow-1", evs[0].Data)
+	}
+}
+
+// TestOneSyncPerHeldAnswer: an answer the connector holds whole when the
+// call returns (an in-process handler that wrote progress and the result
+// without flushing, then returned) is logged in one synced Append, not one
+// per message.
+func TestOneSyncPerHeldAnswer(t *testing.T) {
+	defer relay.SetPrimeDelay(time.Minute)()
+	chatty := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		json.Unmarshal(body, &m)
+		if m.Method != "tools/call" {
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			answerBackend().ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := 1; i <= 5; i++ {
+			fmt.Fprintf(w, "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":1,\"progress\":%d}}\n\n", i)
+		}
+		fmt.Fprintf(w, "data: {\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{}}\n\n", m.ID)
+	})
+	store := &syncCountingStore{Memory: eventlog.NewMemory(eventlog.Retention{}), synced: map[string]int{}}
+	e := newEnv(t, relay.Options{Backend: backend.Handler(chatty), Store: store, SessionIdleTimeout: -1})
+	s := e.initialize("2025-11-25", "")
+	before := store.snapshot()
+	const calls = 5
+	for range calls {
+		_, resp := s.call(0, 0, false)
+		evs := streamOf(t, resp)
+		if data := dataEvents(evs); len(data) != 6 || !strings.Contains(string(data[5].Data), `"result"`) {
+			t.Fatalf("events %+v, want 5 progress notifications and the result", evs)
+		}
+	}
+	if got := store.snapshot()["Append"] - before["Append"]; got != calls {
+		t.Errorf("%d calls: %d synced Appends, want %d", calls, got, calls)
 	}
 }

@@ -34,10 +34,23 @@ type routed struct {
 func (h *Handler) startPump(ctx context.Context, st *stream, rep backend.Reply) {
 	rr := newReplyReader(st, rep)
 	b, ok := rep.(backend.Buffered)
+	var evs []eventlog.Event
+	var ids [][]json.RawMessage
 	for ok && !rr.answered() && !st.isDone() {
-		var data []byte
-		if data, ok = b.TryNext(); ok {
-			h.deliverBatch(st, []eventlog.Event{{Data: data}}, [][]json.RawMessage{rr.route(data)})
+		// What is held goes in batches, as the pump's: one Append (and
+		// fsync) for a whole answer, not one per message.
+		evs, ids = evs[:0], ids[:0]
+		for len(evs) < pumpBatch && !rr.answered() {
+			data, held := b.TryNext()
+			if !held {
+				ok = false
+				break
+			}
+			evs = append(evs, eventlog.Event{Data: data})
+			ids = append(ids, rr.route(data))
+		}
+		if len(evs) > 0 {
+			h.deliverBatch(st, evs, ids)
 		}
 	}
 	if !ok {
