@@ -56,10 +56,10 @@ func handlerContext(parent context.Context) (context.Context, context.CancelCaus
 // as doBounded does for other transports, on the same context.
 func (t inProcess) serve(sreq, req *http.Request, ctx context.Context, cancel context.CancelCauseFunc, timeout time.Duration) (*http.Response, error) {
 	if timeout > 0 {
-		t := time.AfterFunc(timeout, func() {
+		timer := time.AfterFunc(timeout, func() {
 			cancel(fmt.Errorf("%w (%v, %s %s)", ErrTimeout, timeout, req.Method, "backend"))
 		})
-		defer t.Stop()
+		defer timer.Stop()
 	}
 	sreq.RequestURI = req.URL.RequestURI()
 	sreq.RemoteAddr = "in-process"
