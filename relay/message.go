@@ -77,7 +77,8 @@ func readMessage(data []byte) (m message, ok bool) {
 		case "method":
 			switch {
 			case string(v) == "null":
-				m.Method = "" // json.Unmarshal leaves the string as it was
+				// json.Unmarshal leaves the string as it was (an earlier
+				// "method" member's value)
 			case v[0] == '"' && bytes.IndexByte(v, '\\') < 0 && utf8.Valid(v):
 				m.Method = string(v[1 : len(v)-1])
 			default:

@@ -59,6 +59,7 @@ func FuzzReadMessage(f *testing.F) {
 		`{"ID":1,"Method":"m"}`,
 		`{"method":"m\u0041","id":[1]}`,
 		`{"id":1,"id":2,"method":"a","method":"b"}`,
+		`{"id":1,"method":"a","method":null}`,
 		`{"method":"é","params":[1,2]}`,
 		`[{"id":1}]`, `"x"`, `{}`, `{"a":1} x`,
 	} {
