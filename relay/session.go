@@ -130,6 +130,11 @@ func (st *stream) signal() {
 	st.mu.Lock()
 	a := st.conn
 	st.mu.Unlock()
+	a.signal()
+}
+
+// signal wakes a (nil: nobody to wake).
+func (a *attachment) signal() {
 	if a != nil {
 		select {
 		case a.wake <- struct{}{}:
@@ -412,8 +417,9 @@ func (h *Handler) appendEvents(st *stream, terminal bool, evs ...eventlog.Event)
 	if terminal {
 		st.done = true
 	}
+	a := st.conn
 	st.mu.Unlock()
-	st.signal()
+	a.signal() // the stream's lock taken once per append, not twice
 	if terminal {
 		h.retire(st)
 	}
