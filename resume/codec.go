@@ -161,11 +161,25 @@ type StreamIDs struct {
 // generation gen: the stream's part of the MAC is computed here, once.
 func (c *Codec) Stream(key StreamKey, gen uint64) StreamIDs {
 	s := StreamIDs{c: c, key: key, gen: gen}
-	s.head[0] = version
-	copy(s.head[1:headerLen], key[:])
-	s.n = headerLen + binary.PutUvarint(s.head[headerLen:], gen)
+	s.n = putHead(s.head[:], key, gen)
 	s.prf = c.streamPRF(key, gen)
 	return s
+}
+
+// putHead writes version | stream key | uvarint gen into raw and returns
+// its length.
+func putHead(raw []byte, key StreamKey, gen uint64) int {
+	raw[0] = version
+	copy(raw[1:headerLen], key[:])
+	return headerLen + binary.PutUvarint(raw[headerLen:], gen)
+}
+
+// appendID completes the ID whose head is raw[:n] with seq and its MAC
+// (prf being the stream's), and appends it to dst.
+func (c *Codec) appendID(dst, raw []byte, n int, b *aesScratch, prf [8]byte, seq uint64) []byte {
+	n += binary.PutUvarint(raw[n:], seq)
+	n += copy(raw[n:], c.blockMAC(b, prf, seq))
+	return b64.AppendEncode(dst, raw[:n])
 }
 
 // Is reports whether s mints the IDs of key at gen.
@@ -177,9 +191,7 @@ func (s *StreamIDs) Is(key StreamKey, gen uint64) bool {
 // not allocate when dst has room for the ID.
 func (s *StreamIDs) AppendID(dst []byte, seq uint64) []byte {
 	n := copy(s.raw[:], s.head[:s.n])
-	n += binary.PutUvarint(s.raw[n:], seq)
-	n += copy(s.raw[n:], s.c.blockMAC(&s.blk, s.prf, seq))
-	return b64.AppendEncode(dst, s.raw[:n])
+	return s.c.appendID(dst, s.raw[:], n, &s.blk, s.prf, seq)
 }
 
 // streamPRF is the first 8 bytes of HMAC-SHA256(domainV2 | key | uvarint
@@ -220,13 +232,8 @@ func (m *macState) mac(n int) []byte {
 func (c *Codec) AppendID(dst []byte, cur Cursor) []byte {
 	prf := c.streamPRF(cur.Stream, cur.Generation)
 	m := c.macs.Get().(*macState)
-	m.raw[0] = version
-	copy(m.raw[1:headerLen], cur.Stream[:])
-	n := headerLen
-	n += binary.PutUvarint(m.raw[n:], cur.Generation)
-	n += binary.PutUvarint(m.raw[n:], cur.Seq)
-	n += copy(m.raw[n:], c.blockMAC(&m.blk, prf, cur.Seq))
-	dst = b64.AppendEncode(dst, m.raw[:n])
+	n := putHead(m.raw[:], cur.Stream, cur.Generation)
+	dst = c.appendID(dst, m.raw[:], n, &m.blk, prf, cur.Seq)
 	c.macs.Put(m)
 	return dst
 }
