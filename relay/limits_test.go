@@ -1,6 +1,8 @@
 package relay_test
 
 import (
+	"bytes"
+	"crypto/rand"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -180,13 +182,15 @@ func TestStoreBudget(t *testing.T) {
 	fill := func(t *testing.T, store eventlog.Store, n int) {
 		t.Helper()
 		ctx := t.Context()
-		data := strings.Repeat("x", 16<<10)
+		// Random, so that it takes as much room on disk as in memory.
+		data := make([]byte, 16<<10)
 		for i := 0; i*(1<<20) < n; i++ {
 			sid := fmt.Sprintf("filler-%d", i)
 			store.CreateSession(ctx, &eventlog.Session{ID: sid, Incarnation: 1})
 			store.CreateStream(ctx, &eventlog.Stream{Key: sid, Session: sid, Generation: 1})
 			for range 64 {
-				if _, err := store.Append(ctx, sid, false, eventlog.Event{Data: []byte(data)}); err != nil {
+				rand.Read(data)
+				if _, err := store.Append(ctx, sid, false, eventlog.Event{Data: bytes.Clone(data)}); err != nil {
 					t.Fatal(err)
 				}
 			}

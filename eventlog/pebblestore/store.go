@@ -737,12 +737,21 @@ func (s *Store) stream(key string) *stream {
 // and awaiting deletion, manifest and options): what
 // relay.Limits.MaxStoreBytes bounds. It does not count the secret and lock
 // next to the store, nor space the file system reserves.
+//
+// Pebble counts the WAL being written at its size when it was opened,
+// which for a new file is nothing however much it holds; Size counts the
+// live WALs at least at their logical size, the bytes written to them.
 func (s *Store) Size(ctx context.Context) (int64, error) {
 	if err := s.enter(ctx, false); err != nil {
 		return 0, err
 	}
 	defer s.leave()
-	return int64(s.db.Metrics().DiskSpaceUsage()), nil
+	m := s.db.Metrics()
+	n := m.DiskSpaceUsage()
+	if m.WAL.Size > m.WAL.PhysicalSize {
+		n += m.WAL.Size - m.WAL.PhysicalSize
+	}
+	return int64(n), nil
 }
 
 // Session implements [eventlog.Sessions].
