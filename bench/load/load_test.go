@@ -267,6 +267,27 @@ func TestReadTreeCPU(t *testing.T) {
 	if _, err := load.ReadTreeCPU(1 << 30); err == nil {
 		t.Error("a process that does not exist has a CPU time")
 	}
+	// SelfCPU counts this process alone: the child's spinning is not in
+	// it, this process's own spinning is.
+	self0, err := load.SelfCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if self0 >= after {
+		t.Errorf("SelfCPU %v, the whole tree %v: the child counted", self0, after)
+	}
+	for x := 0; ; x++ {
+		self, err := load.SelfCPU()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if self-self0 >= 20*time.Millisecond {
+			break
+		}
+		if x > 1e10 {
+			t.Fatalf("SelfCPU did not grow while this process spun")
+		}
+	}
 }
 
 func TestResumeWithoutReplay(t *testing.T) {

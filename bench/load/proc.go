@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -58,6 +59,16 @@ func ReadTreeCPU(pid int) (time.Duration, error) {
 		total += d
 	}
 	return total, nil
+}
+
+// SelfCPU returns the CPU time (user and system) this process has used so
+// far, its children not counted: what the load generator itself costs.
+func SelfCPU() (time.Duration, error) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, fmt.Errorf("load: getrusage: %w", err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
 }
 
 // tree returns pid and every process descending from it, found by parent

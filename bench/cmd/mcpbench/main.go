@@ -30,6 +30,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -100,6 +101,7 @@ func run(args []string) error {
 	fs.StringVar(&cfg.cpuprofile, "cpuprofile", "", "write each server process's CPU profile to PREFIX.TARGET.PHASE.pprof (last run wins)")
 	fs.StringVar(&cfg.blockprofile, "blockprofile", "", "write each server process's block and mutex profiles to PREFIX.TARGET.PHASE.{block,mutex}.pprof (last run wins; sampling slows the server)")
 	fs.StringVar(&cfg.memprofile, "memprofile", "", "write each server process's heap profile with the idle sessions and streams open to PREFIX.TARGET.idle.heap.pprof")
+	clientProfile := fs.String("client-cpuprofile", "", "write the load client's own CPU profile (this process, all targets and runs) to this file")
 	fs.StringVar(&cfg.jsonOut, "json", "", "write results as JSON to this file (- for stdout)")
 	fs.StringVar(&cfg.mdOut, "md", "", "write the Markdown report (docs/performance.md) to this file")
 	fs.StringVar(&cfg.mdAppend, "md-append", "", "append this Markdown file to the report (hand-written notes)")
@@ -130,6 +132,17 @@ func run(args []string) error {
 		cfg.idleSessions = 200
 		cfg.firstSamples, cfg.memSessions = 3, 5
 		cfg.timeout = 20 * time.Second
+	}
+	if *clientProfile != "" {
+		f, err := os.Create(*clientProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	var err error
 	if cfg.targets, err = pick(*targetList, names(), "target"); err != nil {
@@ -375,8 +388,10 @@ func runTarget(exe string, cfg config, run int, name string, res *results) {
 			cfg.logf("run %d %s rt", run+1, name)
 			ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
 			cpu0, cerr := srv.treeCPU()
+			self0, serr := load.SelfCPU()
 			r, err := load.RoundTrips(ctx, c, cfg.rtSessions, cfg.rtDuration)
 			cpu1, cerr1 := srv.treeCPU()
+			self1, serr1 := load.SelfCPU()
 			cancel()
 			if err != nil {
 				fail("rt", err)
@@ -387,6 +402,11 @@ func runTarget(exe string, cfg config, run int, name string, res *results) {
 					// The server's CPU per call (its sessions' setup
 					// included): steadier than rt/s on a shared machine.
 					m["rt_cpu_us"] = float64((cpu1-cpu0)/time.Microsecond) / float64(r.Calls)
+				}
+				if serr == nil && serr1 == nil && r.Calls > 0 {
+					// The load client's, on the same cores: what a
+					// server's answer costs its client to read.
+					m["rt_client_cpu_us"] = float64((self1-self0)/time.Microsecond) / float64(r.Calls)
 				}
 				res.add(name, "rt", m)
 			}

@@ -131,6 +131,7 @@ var tables = []table{
 		{metric: "rt_p50_ms", head: "p50 ms", format: msf},
 		{metric: "rt_p99_ms", head: "p99 ms", format: msf},
 		{metric: "rt_cpu_us", head: "server CPU µs/call", format: dec1},
+		{metric: "rt_client_cpu_us", head: "client CPU µs/call", format: dec1},
 		{metric: "rt_errors", head: "errors", format: num},
 	}},
 	{"stream", func(c config) string {
