@@ -20,6 +20,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -309,12 +310,22 @@ var (
 	markProgress = []byte(`"notifications/progress"`)
 )
 
+// readers holds the SSE readers' buffers: a new 64 KiB buffer per answer
+// made the client pay for SSE answers in zeroing and GC (a quarter of its
+// CPU in a round-trip run), which JSON answers did not.
+var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 64<<10) }}
+
 // readSSE reads SSE events until the JSON-RPC response (a data payload
 // without "method") or the end of r. Each event is expected to carry its
 // JSON in one data line, as every server measured here writes it.
 func readSSE(r io.Reader, start time.Time, keep int, onResponse func([]byte)) (StreamStats, error) {
 	var st StreamStats
-	br := bufio.NewReaderSize(r, 64<<10)
+	br := readers.Get().(*bufio.Reader)
+	br.Reset(r)
+	defer func() {
+		br.Reset(nil)
+		readers.Put(br)
+	}()
 	var (
 		id, data []byte
 		evType   []byte
