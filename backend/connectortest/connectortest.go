@@ -513,6 +513,17 @@ func (s suite) ctxEnds(t *testing.T) {
 	if err := drain(t, r); err == nil || errors.Is(err, io.EOF) {
 		t.Fatalf("the reply whose context ended ended with %v, want an error", err)
 	}
+	// A reply whose response has come but was not read yet is abandoned
+	// as well: the response is not for the caller any more. Regression:
+	// the stdio connector handed it over, then io.EOF.
+	ctx, cancel = context.WithCancel(t.Context())
+	answered := ss.call(t, ctx, toolCall("4", "test_simple_text", "", ""))
+	time.Sleep(300 * time.Millisecond) // the response comes meanwhile
+	cancel()
+	if b, err := answered.Next(); err == nil || errors.Is(err, io.EOF) {
+		t.Fatalf("an answered reply whose context ended gave %s, %v; want an error", b, err)
+	}
+	answered.Close()
 	// The session goes on.
 	msgs := readAll(t, ss.call(t, t.Context(), toolCall("5", "test_simple_text", "", "")))
 	if len(msgs) != 1 || text(t, msgs[0], "5") != simpleText {

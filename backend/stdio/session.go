@@ -173,6 +173,7 @@ func (s *Session) call(ctx context.Context, msg []byte) (*reply, error) {
 		r.Close()
 		return nil, err
 	}
+	r.ctx = ctx
 	r.stop = context.AfterFunc(ctx, func() { r.end(ctx.Err()) })
 	return r, nil
 }
@@ -515,6 +516,7 @@ func clip(b []byte, n int) string {
 // reply is the stream of one Call's related messages.
 type reply struct {
 	s        *Session
+	ctx      context.Context // the call's: once done, the reply is abandoned
 	ids      map[int64]json.RawMessage // child-side id → client's id, until answered
 	tokens   []string
 	wake     chan struct{}
@@ -537,6 +539,11 @@ func (r *reply) poke() {
 // context is done.
 func (r *reply) Next() ([]byte, error) {
 	for {
+		if err := r.ctx.Err(); err != nil {
+			// Abandoned: whatever the child sent, even the response,
+			// is not for the caller any more.
+			return nil, err
+		}
 		r.s.mu.Lock()
 		if m, ok := r.popLocked(); ok {
 			r.s.mu.Unlock()
@@ -557,6 +564,9 @@ func (r *reply) Next() ([]byte, error) {
 // TryNext returns the call's next message if the child has sent it
 // already (backend.Buffered).
 func (r *reply) TryNext() ([]byte, bool) {
+	if r.ctx.Err() != nil {
+		return nil, false // Next says so
+	}
 	r.s.mu.Lock()
 	defer r.s.mu.Unlock()
 	return r.popLocked()
