@@ -10,12 +10,16 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // InProcess returns an [http.RoundTripper] that answers every request by
-// calling h.ServeHTTP in a new goroutine: no socket, no serialization beyond
-// the request and response bodies.
+// calling h.ServeHTTP in a goroutine of its own: no socket, no
+// serialization beyond the request and response bodies. The goroutine is
+// kept for the next request for up to a second after it served one, as
+// net/http's server keeps a connection's (a handler's stack grows once,
+// not per request); CloseIdleConnections ends the idle ones at once.
 //
 // The response goes out when net/http's server would send it: at the
 // handler's first Flush, when its 32 KiB buffer fills, or when it returns.
@@ -26,10 +30,75 @@ import (
 // the handler sees and makes its further writes fail, as a closed TCP
 // connection would.
 func InProcess(h http.Handler) http.RoundTripper {
-	return inProcess{h}
+	return inProcess{h, &workers{jobs: make(chan func())}}
 }
 
-type inProcess struct{ h http.Handler }
+type inProcess struct {
+	h http.Handler
+	w *workers
+}
+
+// workers runs in-process handlers on goroutines kept between requests,
+// as net/http's server keeps a connection's: a handler with a deep stack
+// (the Go SDK's) grows one once rather than once per request, and no
+// goroutine is started per request. A worker idle for workerIdle ends, so
+// an idle relay keeps none.
+type workers struct {
+	jobs   chan func()   // unbuffered: a job goes only to a worker waiting for one
+	closes atomic.Uint64 // closeIdle calls so far
+}
+
+// workerIdle is how long a worker waits for a job before it ends.
+const workerIdle = time.Second
+
+// run runs f on a waiting worker, or on a new one.
+func (p *workers) run(f func()) {
+	select {
+	case p.jobs <- f:
+	default:
+		go p.work(f)
+	}
+}
+
+func (p *workers) work(f func()) {
+	t := time.NewTimer(workerIdle)
+	defer t.Stop()
+	for {
+		closes := p.closes.Load()
+		f()
+		f = nil // not kept while waiting
+		if p.closes.Load() != closes {
+			return // closeIdle came while f ran: it counts as idle
+		}
+		t.Reset(workerIdle)
+		select {
+		case f = <-p.jobs:
+			if f == nil {
+				return // closeIdle
+			}
+		case <-t.C:
+			return
+		}
+	}
+}
+
+// closeIdle ends the workers waiting for a job now, and those whose job
+// is ending.
+func (p *workers) closeIdle() {
+	p.closes.Add(1)
+	for {
+		select {
+		case p.jobs <- nil:
+		default:
+			return
+		}
+	}
+}
+
+// CloseIdleConnections ends the goroutines kept for handlers that wait for
+// a request now (http.Client.CloseIdleConnections calls it); later
+// requests start new ones.
+func (t inProcess) CloseIdleConnections() { t.w.closeIdle() }
 
 // errClientGone is what a handler's Write returns once the caller closed the
 // response body or cancelled the request.
@@ -76,7 +145,7 @@ func (t inProcess) serve(sreq, req *http.Request, ctx context.Context, cancel co
 		ctx:     ctx,
 		cancel:  cancel,
 	}
-	go func() {
+	t.w.run(func() {
 		defer func() {
 			if p := recover(); p != nil {
 				if !w.sent {
@@ -106,7 +175,7 @@ func (t inProcess) serve(sreq, req *http.Request, ctx context.Context, cancel co
 			cancel(errClientGone)
 		}()
 		t.h.ServeHTTP(w, sreq)
-	}()
+	})
 	select {
 	case <-w.ready:
 		return w.resp, nil

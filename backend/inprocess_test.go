@@ -6,7 +6,9 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -196,4 +198,71 @@ func httptestRequest(t *testing.T) *http.Request {
 		t.Fatal(err)
 	}
 	return req
+}
+
+// goroutineID is the id of the calling goroutine (from its stack's header).
+func goroutineID() string {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	f := strings.Fields(string(buf))
+	return f[1] // "goroutine N [running]:"
+}
+
+// TestInProcessWorkers: handlers run on goroutines kept between requests
+// (one after another: the same goroutine, whose stack has grown once), and
+// those goroutines end once idle, so an idle relay keeps none.
+func TestInProcessWorkers(t *testing.T) {
+	seen := map[string]int{}
+	var mu sync.Mutex
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen[goroutineID()]++
+		mu.Unlock()
+		io.WriteString(w, "ok")
+	})
+	before := runtime.NumGoroutine()
+	rt := InProcess(h)
+	for range 20 {
+		resp, err := rt.RoundTrip(httptestRequest(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.ReadAll(resp.Body)
+		resp.Body.Close()
+		time.Sleep(time.Millisecond) // the worker is waiting again
+	}
+	if len(seen) != 1 {
+		t.Errorf("20 requests one after another ran on %d goroutines, want 1: %v", len(seen), seen)
+	}
+	// Concurrent requests get workers of their own.
+	block := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			resp, err := InProcess(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-block })).RoundTrip(httptestRequest(t))
+			if err == nil {
+				resp.Body.Close()
+			}
+		})
+	}
+	time.Sleep(50 * time.Millisecond)
+	close(block)
+	wg.Wait()
+	// CloseIdleConnections ends the first one's at once; the rest end
+	// after workerIdle.
+	idle := runtime.NumGoroutine()
+	rt.(interface{ CloseIdleConnections() }).CloseIdleConnections()
+	for closeBy := time.Now().Add(workerIdle / 2); runtime.NumGoroutine() > idle-1; {
+		if time.Now().After(closeBy) {
+			t.Fatal("CloseIdleConnections left the idle worker")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	deadline := time.Now().Add(10 * workerIdle)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines %v after the last request, %d before", runtime.NumGoroutine(), 10*workerIdle, before)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

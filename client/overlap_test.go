@@ -123,6 +123,7 @@ func (c *recordingConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 // goroutine is idle, the transport has handed the SDK all it ever will.
 func TestOverlappingReplay(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
+		endWorkers(t)
 		ctx := t.Context()
 		plog := newProgressLog()
 		c := mcp.NewClient(&mcp.Implementation{Name: "overlap", Version: "1"}, &mcp.ClientOptions{ProgressNotificationHandler: plog.handle})
@@ -159,4 +160,12 @@ func TestOverlappingReplay(t *testing.T) {
 			t.Errorf("the call's response reached the SDK %d times: %q", len(answers), answers)
 		}
 	})
+}
+
+// endWorkers makes a synctest bubble's test wait, last of its cleanups, on
+// the bubble's fake clock, until the goroutines backend.InProcess keeps for
+// a second after each request have ended: the bubble ends only once they
+// have.
+func endWorkers(t *testing.T) {
+	t.Cleanup(func() { time.Sleep(2 * time.Second) })
 }

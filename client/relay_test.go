@@ -421,6 +421,7 @@ func TestSessionLost(t *testing.T) {
 // 20 ms; the resumed GET is not closed again, so that is the one resume.
 func TestPolling(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
+		endWorkers(t)
 		const poll = 10 * time.Millisecond
 		secret := []byte("client-test-secret-0123456789abcdef")
 		codec, err := resume.NewCodec(secret)
@@ -546,6 +547,7 @@ func (b *eventCutBody) Close() error { return b.rc.Close() }
 // In a synctest bubble, the relay in process: the timing is exact.
 func TestGapReported(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
+		endWorkers(t)
 		st := eventlog.NewMemory(eventlog.Retention{MaxEvents: 4})
 		t.Cleanup(func() { st.Close() })
 		h, err := relay.New(relay.Options{Backend: backend.SDK(countServer(nil), nil), Store: st})

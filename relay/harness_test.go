@@ -155,6 +155,10 @@ func startEnv(t *testing.T, opts relay.Options, inProcess bool) *env {
 			}
 			h.Close()
 			e.backend.Stop()
+			// The in-process transports keep a handler's goroutine for a
+			// second after its request (backend.InProcess): a bubble
+			// ends only once they have ended, on its fake clock.
+			time.Sleep(2 * time.Second)
 		})
 		return e
 	}
