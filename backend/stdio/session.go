@@ -516,7 +516,7 @@ func clip(b []byte, n int) string {
 // reply is the stream of one Call's related messages.
 type reply struct {
 	s        *Session
-	ctx      context.Context // the call's: once done, the reply is abandoned
+	ctx      context.Context           // the call's: once done, the reply is abandoned
 	ids      map[int64]json.RawMessage // child-side id → client's id, until answered
 	tokens   []string
 	wake     chan struct{}
