@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -299,4 +300,41 @@ func readRequest(r *http.Request) testRequest {
 	var m testRequest
 	json.NewDecoder(r.Body).Decode(&m)
 	return m
+}
+
+// TestStatelessHeaders: a stateless request goes to the backend with the
+// client's headers, but for hop-by-hop ones, those its Connection header
+// names, and the session-era Mcp-Session-Id and Last-Event-ID (a client
+// naming a backend session it guessed must not reach it).
+func TestStatelessHeaders(t *testing.T) {
+	var got http.Header
+	u := backend.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.Header.Clone()
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"jsonrpc":"2.0","id":1,"result":{}}`)
+	}))
+	r := httptest.NewRequest("POST", "/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("Mcp-Protocol-Version", "2026-07-28")
+	r.Header.Set("X-Kept", "yes")
+	r.Header.Set("Mcp-Session-Id", "backend-session-of-someone-else")
+	r.Header.Set("Last-Event-Id", "their-cursor")
+	r.Header.Set("Connection", "keep-alive, X-Hop")
+	r.Header.Set("X-Hop", "drop me")
+	r.Header.Set("Keep-Alive", "timeout=5")
+	w := httptest.NewRecorder()
+	if err := u.ServeStateless(w, r, []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if w.Code != 200 {
+		t.Fatalf("status %d %s", w.Code, w.Body)
+	}
+	if got.Get("X-Kept") != "yes" || got.Get("Mcp-Protocol-Version") != "2026-07-28" {
+		t.Errorf("end-to-end headers not passed: %v", got)
+	}
+	for _, k := range []string{"Mcp-Session-Id", "Last-Event-Id", "Connection", "X-Hop", "Keep-Alive"} {
+		if v := got.Values(k); len(v) > 0 {
+			t.Errorf("%s reached the backend: %q", k, v)
+		}
+	}
 }

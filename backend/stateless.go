@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 )
 
 // ErrAnswerBroken reports a backend answer that broke off after it had
@@ -15,9 +16,14 @@ var ErrAnswerBroken = errors.New("backend: the answer broke off")
 
 // ServeStateless passes a stateless (2026-07-28) request through to the
 // backend's stateless endpoint and streams the answer back. The request's
-// headers go with it, but for hop-by-hop ones and those Upstream.Header
-// replaces; the relay removes the client's Authorization first unless it
-// was asked to forward it. The client
+// headers go with it, but for hop-by-hop ones (those the Connection header
+// names too), those Upstream.Header replaces, and Mcp-Session-Id and
+// Last-Event-ID: a stateless request has no session, and the backend's
+// sessions and streams are the relay's sessions', under names no client
+// may address (where the stateless endpoint is the session endpoint, a
+// guessed name would reach another client's session). The relay removes
+// the client's Authorization first unless it was asked to forward it. The
+// client
 // closing its connection cancels the backend request, as that revision
 // requires. No session, no event IDs, nothing logged: a backend that
 // cannot be reached gets the client a 502 with a generic JSON-RPC error,
@@ -30,8 +36,10 @@ func (u *Upstream) ServeStateless(w http.ResponseWriter, r *http.Request, body [
 		writeUnreachable(w)
 		return err
 	}
+	named := connectionTokens(r.Header)
 	for k, vs := range r.Header {
-		if hopByHop[http.CanonicalHeaderKey(k)] {
+		ck := http.CanonicalHeaderKey(k)
+		if hopByHop[ck] || named[ck] || ck == headerSessionID || ck == http.CanonicalHeaderKey(headerLastEventID) {
 			continue
 		}
 		req.Header[k] = vs
@@ -65,6 +73,23 @@ func writeUnreachable(w http.ResponseWriter) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusBadGateway)
 	io.WriteString(w, `{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"backend unavailable"}}`)
+}
+
+// connectionTokens returns the header names h's Connection header lists:
+// hop-by-hop headers of that request (RFC 9110, 7.6.1).
+func connectionTokens(h http.Header) map[string]bool {
+	var named map[string]bool
+	for _, v := range h["Connection"] {
+		for t := range strings.SplitSeq(v, ",") {
+			if t = strings.TrimSpace(t); t != "" {
+				if named == nil {
+					named = make(map[string]bool)
+				}
+				named[http.CanonicalHeaderKey(t)] = true
+			}
+		}
+	}
+	return named
 }
 
 var hopByHop = map[string]bool{
