@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/mcprelay/mcprelay/eventlog"
@@ -111,24 +112,42 @@ func (h *Handler) leaseKeeper() {
 			owned = append(owned, s)
 		}
 		h.mu.RUnlock()
+		// Renewals go out together, up to renewParallel at a time: one
+		// after another, a round of many sessions on a busy store took
+		// longer than a lease lasts, and the replica dropped its own.
+		sem := make(chan struct{}, renewParallel)
+		var wg sync.WaitGroup
 		for _, s := range owned {
 			if !s.leaseValid() {
 				h.dropLocal(s, "lease expired before it could be renewed")
 				continue
 			}
-			start := time.Now()
-			ctx, cancel := context.WithTimeout(h.ctx, h.leaseTTL/3)
-			err := h.cluster.Renew(ctx, s.id, s.lease, h.leaseTTL)
-			cancel()
-			switch {
-			case err == nil:
-				s.leaseUntil.Store(start.Add(h.leaseTTL - leaseMargin).UnixNano())
-			case errors.Is(err, ErrLeaseLost):
-				h.dropLocal(s, "lease lost to another replica")
-			default:
-				h.log.Warn("renewing a session lease", logSession, s.id, "err", err)
-			}
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				h.renew(s)
+			})
 		}
+		wg.Wait()
+	}
+}
+
+// renewParallel bounds the lease renewals a replica has in flight.
+const renewParallel = 64
+
+// renew renews s's lease, or lets s go if another replica has it.
+func (h *Handler) renew(s *session) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(h.ctx, h.leaseTTL/3)
+	err := h.cluster.Renew(ctx, s.id, s.lease, h.leaseTTL)
+	cancel()
+	switch {
+	case err == nil:
+		s.leaseUntil.Store(start.Add(h.leaseTTL - leaseMargin).UnixNano())
+	case errors.Is(err, ErrLeaseLost):
+		h.dropLocal(s, "lease lost to another replica")
+	default:
+		h.log.Warn("renewing a session lease", logSession, s.id, "err", err)
 	}
 }
 
