@@ -18,7 +18,13 @@ import (
 // side. The owner holds a lease with a fencing token; the shared store
 // refuses writes for a session from a replica whose token is stale, so a
 // replica that lost its lease (paused, partitioned) can never append.
-// Implementations are safe for concurrent use.
+// Implementations are safe for concurrent use. One may also have
+//
+//	RenewAll(ctx context.Context, sessions []string, leases []Lease, ttl time.Duration) (errs []error)
+//
+// renewing many leases in one round trip, errs[i] being Renew's error for
+// sessions[i]: a replica then renews its sessions in batches of 256
+// (redisreplicas' does).
 type Cluster interface {
 	// Self is the URL at which other replicas reach this replica's MCP
 	// endpoint (for example "http://10.0.0.5:8080/mcp").
@@ -112,28 +118,56 @@ func (h *Handler) leaseKeeper() {
 			owned = append(owned, s)
 		}
 		h.mu.RUnlock()
-		// Renewals go out together, up to renewParallel at a time: one
-		// after another, a round of many sessions on a busy store took
-		// longer than a lease lasts, and the replica dropped its own.
-		sem := make(chan struct{}, renewParallel)
-		var wg sync.WaitGroup
+		valid := owned[:0]
 		for _, s := range owned {
 			if !s.leaseValid() {
 				h.dropLocal(s, "lease expired before it could be renewed")
 				continue
 			}
-			sem <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				h.renew(s)
-			})
+			valid = append(valid, s)
+		}
+		// Renewals go out together: one after another, a round of many
+		// sessions on a busy store took longer than a lease lasts, and
+		// the replica dropped its own sessions.
+		sem := make(chan struct{}, renewParallel)
+		var wg sync.WaitGroup
+		if b, ok := h.cluster.(leaseBatcher); ok {
+			for len(valid) > 0 {
+				n := min(len(valid), renewBatch)
+				batch := valid[:n]
+				valid = valid[n:]
+				sem <- struct{}{}
+				wg.Go(func() {
+					defer func() { <-sem }()
+					h.renewBatch(b, batch)
+				})
+			}
+		} else {
+			for _, s := range valid {
+				sem <- struct{}{}
+				wg.Go(func() {
+					defer func() { <-sem }()
+					h.renew(s)
+				})
+			}
 		}
 		wg.Wait()
 	}
 }
 
-// renewParallel bounds the lease renewals a replica has in flight.
-const renewParallel = 64
+// leaseBatcher is a Cluster that renews many leases in one round trip
+// (redisreplicas'); errs[i] is Renew's error for sessions[i].
+type leaseBatcher interface {
+	RenewAll(ctx context.Context, sessions []string, leases []Lease, ttl time.Duration) (errs []error)
+}
+
+const (
+	// renewParallel bounds the lease renewals (or batches of them) a
+	// replica has in flight.
+	renewParallel = 64
+	// renewBatch is how many leases one RenewAll renews.
+	renewBatch = 256
+)
 
 // renew renews s's lease, or lets s go if another replica has it.
 func (h *Handler) renew(s *session) {
@@ -141,6 +175,27 @@ func (h *Handler) renew(s *session) {
 	ctx, cancel := context.WithTimeout(h.ctx, h.leaseTTL/3)
 	err := h.cluster.Renew(ctx, s.id, s.lease, h.leaseTTL)
 	cancel()
+	h.renewed(s, start, err)
+}
+
+// renewBatch renews the leases of sessions in one RenewAll.
+func (h *Handler) renewBatch(b leaseBatcher, sessions []*session) {
+	ids := make([]string, len(sessions))
+	leases := make([]Lease, len(sessions))
+	for i, s := range sessions {
+		ids[i], leases[i] = s.id, s.lease
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(h.ctx, h.leaseTTL/3)
+	errs := b.RenewAll(ctx, ids, leases, h.leaseTTL)
+	cancel()
+	for i, s := range sessions {
+		h.renewed(s, start, errs[i])
+	}
+}
+
+// renewed applies the outcome of renewing s's lease, begun at start.
+func (h *Handler) renewed(s *session, start time.Time, err error) {
 	switch {
 	case err == nil:
 		s.leaseUntil.Store(start.Add(h.leaseTTL - leaseMargin).UnixNano())

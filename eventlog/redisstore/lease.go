@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -107,6 +108,52 @@ func (s *Store) RenewLease(ctx context.Context, session string, l Lease, ttl tim
 	}
 	s.holdToken(session, l.Token)
 	return nil
+}
+
+// RenewLeases renews many leases at once, pipelined in one round trip:
+// errs[i] is what RenewLease would have returned for sessions[i] and
+// leases[i]. A replica that owns thousands of sessions renews them all
+// every third of a lease's life; one at a time, that is a round trip and
+// a goroutine each.
+func (s *Store) RenewLeases(ctx context.Context, sessions []string, leases []Lease, ttl time.Duration) []error {
+	errs := make([]error, len(sessions))
+	fail := func(err error) []error {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	if len(leases) != len(sessions) {
+		return fail(errors.New("redisstore: RenewLeases: as many leases as sessions are needed"))
+	}
+	if err := s.check(ctx); err != nil {
+		return fail(err)
+	}
+	if ttl < time.Millisecond {
+		return fail(errBadTTL)
+	}
+	ms := strconv.FormatInt(timeMs(ttl), 10)
+	execs := make([]rueidis.LuaExec, 0, len(sessions))
+	at := make([]int, 0, len(sessions))
+	for i, session := range sessions {
+		if session == "" {
+			errs[i] = errEmptyID
+			continue
+		}
+		b := s.base(session)
+		execs = append(execs, rueidis.LuaExec{Keys: []string{b + "l"}, Args: []string{b, strconv.FormatUint(leases[i].Token, 10), leases[i].Owner, ms}})
+		at = append(at, i)
+	}
+	if len(execs) == 0 {
+		return errs
+	}
+	for j, res := range luaRenew.ExecMulti(ctx, s.c, execs...) {
+		i := at[j]
+		if errs[i] = mapErr(res.Error()); errs[i] == nil {
+			s.holdToken(sessions[i], leases[i].Token)
+		}
+	}
+	return errs
 }
 
 // ReleaseLease gives up l, so that another owner can acquire the session

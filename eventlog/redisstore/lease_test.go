@@ -271,3 +271,45 @@ func TestDeleteSessionUnfenced(t *testing.T) {
 		t.Errorf("Read after DeleteSession: %v, want ErrNotFound", err)
 	}
 }
+
+// TestRenewLeases: many leases renewed in one call, each with the outcome
+// RenewLease would give it: held ones extended, one taken by another owner
+// since its expiry lost, an empty session id refused.
+func TestRenewLeases(t *testing.T) {
+	srv := redistest.Start(t)
+	a, b := pair(t, srv)
+	ctx := t.Context()
+	var sessions []string
+	var leases []redisstore.Lease
+	for i := range 300 { // more than one batch of any size a caller picks
+		sid := fmt.Sprintf("r%d", i)
+		l, err := a.AcquireLease(ctx, sid, "http://a", 200*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sessions, leases = append(sessions, sid), append(leases, l)
+	}
+	time.Sleep(300 * time.Millisecond) // all expired; r7 is taken by b
+	if _, err := b.AcquireLease(ctx, "r7", "http://b", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	errs := a.RenewLeases(ctx, append(sessions, ""), append(leases, redisstore.Lease{}), time.Minute)
+	if len(errs) != len(sessions)+1 {
+		t.Fatalf("%d errors for %d sessions", len(errs), len(sessions)+1)
+	}
+	for i, err := range errs[:len(sessions)] {
+		switch {
+		case sessions[i] == "r7" && !errors.Is(err, redisstore.ErrLeaseLost):
+			t.Errorf("r7, taken by another owner: %v, want ErrLeaseLost", err)
+		case sessions[i] != "r7" && err != nil:
+			t.Errorf("%s: %v", sessions[i], err)
+		}
+	}
+	if errs[len(sessions)] == nil {
+		t.Error("an empty session id was renewed")
+	}
+	h, ttl, err := b.Holder(ctx, "r9")
+	if err != nil || h != leases[9] || ttl < 30*time.Second {
+		t.Errorf("r9 after RenewLeases: %+v, %v, %v; want %+v with about a minute", h, ttl, err, leases[9])
+	}
+}

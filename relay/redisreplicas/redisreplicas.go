@@ -68,6 +68,22 @@ func (c *cluster) Renew(ctx context.Context, session string, l relay.Lease, ttl 
 	return err
 }
 
+// RenewAll renews many leases in one round trip (the relay uses it when a
+// Cluster has it): errs[i] is Renew's error for sessions[i].
+func (c *cluster) RenewAll(ctx context.Context, sessions []string, leases []relay.Lease, ttl time.Duration) []error {
+	ls := make([]redisstore.Lease, len(leases))
+	for i, l := range leases {
+		ls[i] = redisstore.Lease(l)
+	}
+	errs := c.st.RenewLeases(ctx, sessions, ls, ttl)
+	for i, err := range errs {
+		if errors.Is(err, redisstore.ErrLeaseLost) {
+			errs[i] = errors.Join(relay.ErrLeaseLost, err)
+		}
+	}
+	return errs
+}
+
 func (c *cluster) Release(ctx context.Context, session string, l relay.Lease) error {
 	err := c.st.ReleaseLease(ctx, session, redisstore.Lease(l))
 	if errors.Is(err, redisstore.ErrLeaseLost) {

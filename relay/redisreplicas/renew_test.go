@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,19 +20,52 @@ import (
 )
 
 // slowRenew is a cluster whose renewals each take d: a Redis busy with the
-// appends of many streams, as mcpbench's relay-redis target saw it.
+// appends of many streams, as mcpbench's relay-redis target saw it. It
+// renews one lease per call (relay.Cluster hides the cluster's RenewAll).
 type slowRenew struct {
 	relay.Cluster
 	d time.Duration
 }
 
 func (c slowRenew) Renew(ctx context.Context, session string, l relay.Lease, ttl time.Duration) error {
+	if err := wait(ctx, c.d); err != nil {
+		return err
+	}
+	return c.Cluster.Renew(ctx, session, l, ttl)
+}
+
+func wait(ctx context.Context, d time.Duration) error {
 	select {
-	case <-time.After(c.d):
+	case <-time.After(d):
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	return c.Cluster.Renew(ctx, session, l, ttl)
+}
+
+// batcher is the RenewAll the relay looks for.
+type batcher interface {
+	RenewAll(ctx context.Context, sessions []string, leases []relay.Lease, ttl time.Duration) []error
+}
+
+// slowBatch is slowRenew with the cluster's RenewAll, each call of which
+// takes d too.
+type slowBatch struct {
+	slowRenew
+	b     batcher
+	calls *atomic.Int64
+}
+
+func (c slowBatch) RenewAll(ctx context.Context, sessions []string, leases []relay.Lease, ttl time.Duration) []error {
+	c.calls.Add(1)
+	if err := wait(ctx, c.d); err != nil {
+		errs := make([]error, len(sessions))
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	return c.b.RenewAll(ctx, sessions, leases, ttl)
 }
 
 // TestLeasesKeptWhenRenewalsAreSlow: a replica owning many sessions keeps
@@ -41,6 +75,21 @@ func (c slowRenew) Renew(ctx context.Context, session string, l relay.Lease, ttl
 // its own sessions (and their calls in flight) every round.
 func TestLeasesKeptWhenRenewalsAreSlow(t *testing.T) {
 	rds := redistest.Start(t)
+	t.Run("one by one", func(t *testing.T) {
+		leasesKept(t, rds, func(c relay.Cluster) relay.Cluster { return slowRenew{c, 40 * time.Millisecond} })
+	})
+	t.Run("batched", func(t *testing.T) {
+		var calls atomic.Int64
+		leasesKept(t, rds, func(c relay.Cluster) relay.Cluster {
+			return slowBatch{slowRenew{c, 40 * time.Millisecond}, c.(batcher), &calls}
+		})
+		if calls.Load() == 0 {
+			t.Error("the relay never renewed in a batch")
+		}
+	})
+}
+
+func leasesKept(t *testing.T, rds *redistest.Server, wrap func(relay.Cluster) relay.Cluster) {
 	st, err := redisstore.Open(t.Context(), redisstore.Options{URL: rds.URL(), Prefix: fmt.Sprintf("renew%d", time.Now().UnixNano())})
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +103,7 @@ func TestLeasesKeptWhenRenewalsAreSlow(t *testing.T) {
 	self := "http://" + srv.Listener.Addr().String() + "/mcp"
 	h, err := relay.New(relay.Options{
 		Backend: backend.SDK(exampleserver.New(nil), nil), Store: st, Secret: secret, LeaseTTL: time.Second,
-		Cluster: slowRenew{redisreplicas.New(st, self), 40 * time.Millisecond},
+		Cluster: wrap(redisreplicas.New(st, self)),
 	})
 	if err != nil {
 		t.Fatal(err)
