@@ -30,7 +30,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -134,15 +133,11 @@ func run(args []string) error {
 		cfg.timeout = 20 * time.Second
 	}
 	if *clientProfile != "" {
-		f, err := os.Create(*clientProfile)
+		stop, err := startCPUProfile(*clientProfile)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	var err error
 	if cfg.targets, err = pick(*targetList, names(), "target"); err != nil {

@@ -136,15 +136,11 @@ func serveTarget(name, addr string, prof profiles, cfg serverConfig) error {
 		}()
 	}
 	if prof.cpu != "" {
-		f, err := os.Create(prof.cpu)
+		stop, err := startCPUProfile(prof.cpu)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -166,4 +162,20 @@ func serveTarget(name, addr string, prof profiles, cfg serverConfig) error {
 	// Streams are long: do not wait for them.
 	srv.Close()
 	return nil
+}
+
+// startCPUProfile writes this process's CPU profile to path until stop.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
