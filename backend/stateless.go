@@ -39,7 +39,7 @@ func (u *Upstream) ServeStateless(w http.ResponseWriter, r *http.Request, body [
 	named := connectionTokens(r.Header)
 	for k, vs := range r.Header {
 		ck := http.CanonicalHeaderKey(k)
-		if hopByHop[ck] || named[ck] || ck == headerSessionID || ck == http.CanonicalHeaderKey(headerLastEventID) {
+		if hopByHop[ck] || named[ck] || ck == headerSessionID || ck == canonicalLastEventID {
 			continue
 		}
 		req.Header[k] = vs
@@ -91,6 +91,9 @@ func connectionTokens(h http.Header) map[string]bool {
 	}
 	return named
 }
+
+// canonicalLastEventID is Last-Event-ID as http.Header spells it.
+var canonicalLastEventID = http.CanonicalHeaderKey(headerLastEventID)
 
 var hopByHop = map[string]bool{
 	"Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true, "Proxy-Authorization": true,

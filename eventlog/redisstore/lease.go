@@ -101,9 +101,8 @@ func (s *Store) RenewLease(ctx context.Context, session string, l Lease, ttl tim
 	if err != nil {
 		return err
 	}
-	err = s.exec(ctx, luaRenew, lk, s.base(session), strconv.FormatUint(l.Token, 10), l.Owner,
-		strconv.FormatInt(timeMs(ttl), 10)).Error()
-	if err != nil {
+	e := s.renewExec(lk, session, l, strconv.FormatInt(timeMs(ttl), 10))
+	if err := luaRenew.Exec(ctx, s.c, e.Keys, e.Args).Error(); err != nil {
 		return mapErr(err)
 	}
 	s.holdToken(session, l.Token)
@@ -140,8 +139,7 @@ func (s *Store) RenewLeases(ctx context.Context, sessions []string, leases []Lea
 			errs[i] = errEmptyID
 			continue
 		}
-		b := s.base(session)
-		execs = append(execs, rueidis.LuaExec{Keys: []string{b + "l"}, Args: []string{b, strconv.FormatUint(leases[i].Token, 10), leases[i].Owner, ms}})
+		execs = append(execs, s.renewExec(s.base(session)+"l", session, leases[i], ms))
 		at = append(at, i)
 	}
 	if len(execs) == 0 {
@@ -154,6 +152,12 @@ func (s *Store) RenewLeases(ctx context.Context, sessions []string, leases []Lea
 		}
 	}
 	return errs
+}
+
+// renewExec is one run of the renewal script: l's session's lease key lk
+// extended to ms milliseconds.
+func (s *Store) renewExec(lk, session string, l Lease, ms string) rueidis.LuaExec {
+	return rueidis.LuaExec{Keys: []string{lk}, Args: []string{s.base(session), strconv.FormatUint(l.Token, 10), l.Owner, ms}}
 }
 
 // ReleaseLease gives up l, so that another owner can acquire the session
