@@ -38,7 +38,7 @@ var targets = []target{
 	{"relay-disk", "mcprelay as `mcprelay serve` runs by default: the example server in process, the Pebble store with --sync always", true, false},
 	{"relay-stdio", "mcprelay (memory store) in front of the example server as a stdio child per session (mcprelay serve -- COMMAND)", true, false},
 	{"relay-redis", "one mcprelay replica on a private Redis (redisstore, leases), the example server in process", true, false},
-	{"relay-redis3", "three mcprelay replicas on one Redis behind a round-robin proxy in the same process: POSTs forwarded to the session's owner, GETs served from the shared log", true, false},
+	{"relay-redis3", "three mcprelay replicas on one Redis in one process, each request handed to the next replica in turn (no affinity): POSTs forwarded to the session's owner, GETs served from the shared log", true, false},
 	{"gosdk", "official Go SDK v1.8.0 StreamableHTTPHandler, no event store", false, false},
 	{"gosdk-store", "official Go SDK v1.8.0 StreamableHTTPHandler with MemoryEventStore (default limits)", true, false},
 	{"mcpgo", "mcp-go v1.2.1 StreamableHTTPServer, no event store", false, false},
