@@ -186,17 +186,20 @@ func (r *replyReader) answered() bool { return len(r.want) == 0 }
 func (r *replyReader) next() (routed, error) {
 	for {
 		data, err := r.rep.Next()
+		if err == nil {
+			return routed{data: data, ids: r.route(data)}, nil
+		}
+		// Only here: errors.As makes its target escape, an allocation
+		// per message if it were declared on the happy path.
 		var poll *backend.Poll
 		switch {
 		case errors.As(err, &poll):
 			r.st.pollConn(poll.Retry)
-			continue
 		case errors.Is(err, io.EOF):
 			return routed{}, io.ErrUnexpectedEOF // the backend has nothing more, and a response is missing
-		case err != nil:
+		default:
 			return routed{}, err
 		}
-		return routed{data: data, ids: r.route(data)}, nil
 	}
 }
 
