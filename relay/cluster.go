@@ -69,9 +69,10 @@ func (e *LeaseHeldError) Error() string {
 	return fmt.Sprintf("relay: session owned by %s (token %d)", e.Holder.Owner, e.Holder.Token)
 }
 
-// Lease timing. The owner renews every leaseTTL/3; it stops serving a
-// session on its own once leaseTTL minus leaseMargin has passed since its
-// last successful renewal began, before any other replica may take it.
+// Lease timing. The owner renews every leaseTTL/3; it stops answering for
+// a session on its own once leaseTTL minus leaseMargin has passed since
+// its last successful renewal began, before any other replica may take it,
+// until a renewal succeeds again (see renewed).
 const (
 	defaultLeaseTTL = 2 * time.Second
 	leaseMargin     = 300 * time.Millisecond
@@ -118,17 +119,12 @@ func (h *Handler) leaseKeeper() {
 			owned = append(owned, s)
 		}
 		h.mu.RUnlock()
-		valid := owned[:0]
-		for _, s := range owned {
-			if !s.leaseValid() {
-				h.dropLocal(s, "lease expired before it could be renewed")
-				continue
-			}
-			valid = append(valid, s)
-		}
-		// Renewals go out together: one after another, a round of many
-		// sessions on a busy store took longer than a lease lasts, and
-		// the replica dropped its own sessions.
+		// A lease that lapsed here is renewed too, not dropped: the store
+		// renews it only if nobody acquired the session since (see
+		// renewed). Renewals go out together: one after another, a round
+		// of many sessions on a busy store took longer than a lease
+		// lasts, and the replica dropped its own sessions.
+		valid := owned
 		sem := make(chan struct{}, renewParallel)
 		var wg sync.WaitGroup
 		if b, ok := h.cluster.(leaseBatcher); ok {
@@ -170,13 +166,7 @@ const (
 )
 
 // renew renews s's lease, or lets s go if another replica has it.
-func (h *Handler) renew(s *session) {
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(h.ctx, h.leaseTTL/3)
-	err := h.cluster.Renew(ctx, s.id, s.lease, h.leaseTTL)
-	cancel()
-	h.renewed(s, start, err)
-}
+func (h *Handler) renew(s *session) { h.revalidate(h.ctx, s) }
 
 // renewBatch renews the leases of sessions in one RenewAll.
 func (h *Handler) renewBatch(b leaseBatcher, sessions []*session) {
@@ -195,6 +185,17 @@ func (h *Handler) renewBatch(b leaseBatcher, sessions []*session) {
 }
 
 // renewed applies the outcome of renewing s's lease, begun at start.
+//
+// A renewal that succeeds after the lease lapsed (this replica starved of
+// CPU, a store that answered late) keeps the session: the Cluster renews a
+// lapsed lease only while nobody has acquired the session since, so no
+// other replica has acted for it and the store's fencing token still names
+// this one. While the lease is lapsed the replica does not answer for the
+// session (lookup renews first), and should another replica take it over,
+// the store refuses the appends of the calls still running here. So a
+// lapsed lease is let go only when the Cluster says another replica has
+// it, not because a renewal failed: that would lose the calls in flight
+// of a replica that is merely slow.
 func (h *Handler) renewed(s *session, start time.Time, err error) {
 	switch {
 	case err == nil:
@@ -202,8 +203,20 @@ func (h *Handler) renewed(s *session, start time.Time, err error) {
 	case errors.Is(err, ErrLeaseLost):
 		h.dropLocal(s, "lease lost to another replica")
 	default:
-		h.log.Warn("renewing a session lease", logSession, s.id, "err", err)
+		h.log.Warn("renewing a session lease", logSession, s.id, "lapsed", !s.leaseValid(), "err", err)
 	}
+}
+
+// revalidate renews s's lease now, for a request that found it lapsed. It
+// returns nil if this replica still owns s, an error wrapping ErrLeaseLost
+// if another replica does (s is dropped), or the Cluster's error.
+func (h *Handler) revalidate(ctx context.Context, s *session) error {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, h.leaseTTL/3)
+	err := h.cluster.Renew(ctx, s.id, s.lease, h.leaseTTL)
+	cancel()
+	h.renewed(s, start, err)
+	return err
 }
 
 // dropLocal stops serving s on this replica without ending the session:

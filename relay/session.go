@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"hash/maphash"
 	"maps"
 	"net/http"
@@ -183,16 +184,20 @@ func (st *stream) detach(a *attachment) {
 //
 // With a Cluster, a session another replica owns comes back as a read-only
 // view with owner set: the caller forwards to the owner or serves from the
-// log. A session whose lease this replica could not renew in time is
-// dropped here first: a paused replica that wakes up never answers for a
-// session it may have lost.
+// log. A session whose lease lapsed here is renewed first, and dropped if
+// it cannot be: a paused replica that wakes up never answers for a session
+// it may have lost.
 func (h *Handler) lookup(r *http.Request, id string) (*session, error) {
 	h.mu.RLock()
 	s := h.sessions[id]
 	h.mu.RUnlock()
 	if s != nil && h.cluster != nil && !s.leaseValid() {
-		h.dropLocal(s, "lease not renewed in time")
-		s = nil
+		switch err := h.revalidate(r.Context(), s); {
+		case errors.Is(err, ErrLeaseLost):
+			s = nil // dropped: restored below as another replica's
+		case err != nil:
+			return nil, fmt.Errorf("%w: renewing the session's lease: %w", errUnavailable, err)
+		}
 	}
 	if s == nil {
 		var err error

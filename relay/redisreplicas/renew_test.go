@@ -132,3 +132,130 @@ func leasesKept(t *testing.T, rds *redistest.Server, wrap func(relay.Cluster) re
 		t.Fatalf("%d of %d sessions dropped by the replica that owns them", n, sessions)
 	}
 }
+
+// stalled is a cluster whose renewals hang while stall is set: a replica
+// starved of CPU, or a Redis that stopped answering for a moment.
+type stalled struct {
+	relay.Cluster
+	b     batcher
+	stall *atomic.Bool
+}
+
+func (c stalled) hang(ctx context.Context) error {
+	for c.stall.Load() {
+		if err := wait(ctx, 10*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c stalled) Renew(ctx context.Context, session string, l relay.Lease, ttl time.Duration) error {
+	if err := c.hang(ctx); err != nil {
+		return err
+	}
+	return c.Cluster.Renew(ctx, session, l, ttl)
+}
+
+func (c stalled) RenewAll(ctx context.Context, sessions []string, leases []relay.Lease, ttl time.Duration) []error {
+	if err := c.hang(ctx); err != nil {
+		errs := make([]error, len(sessions))
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	return c.b.RenewAll(ctx, sessions, leases, ttl)
+}
+
+// TestStalledReplicaKeepsItsSessions: a replica whose renewals stall past
+// its lease, while no other replica takes its sessions, keeps them and the
+// call it was running once renewals go through again: the store renews a
+// lapsed lease nobody acquired since, and its fencing token still says no
+// one else wrote. Regression: the replica dropped every session whose lease
+// had lapsed locally without asking the store, and answered the call in
+// flight lost (mcpbench's relay-redis, one replica on a starved machine:
+// 64 of 64 streams lost).
+func TestStalledReplicaKeepsItsSessions(t *testing.T) {
+	rds := redistest.Start(t)
+	st, err := redisstore.Open(t.Context(), redisstore.Options{URL: rds.URL(), Prefix: fmt.Sprintf("stall%d", time.Now().UnixNano())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	secret, err := st.LoadOrCreateSecret(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(nil)
+	self := "http://" + srv.Listener.Addr().String() + "/mcp"
+	var stall atomic.Bool
+	c := redisreplicas.New(st, self)
+	h, err := relay.New(relay.Options{
+		Backend: backend.SDK(exampleserver.New(nil), nil), Store: st, Secret: secret, LeaseTTL: time.Second,
+		Cluster: stalled{c, c.(batcher), &stall},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Config.Handler = h
+	srv.Start()
+	t.Cleanup(func() { h.Close(); srv.CloseClientConnections(); srv.Close() })
+
+	post := func(sid, body string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest("POST", srv.URL, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if sid != "" {
+			req.Header.Set("Mcp-Session-Id", sid)
+			req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	var sids []string
+	for range 5 {
+		resp := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("initialize: %s", resp.Status)
+		}
+		sids = append(sids, resp.Header.Get("Mcp-Session-Id"))
+		post(sids[len(sids)-1], `{"jsonrpc":"2.0","method":"notifications/initialized"}`).Body.Close()
+	}
+	// A call that runs through the stall: 30 notifications 100 ms apart.
+	call := post(sids[0], `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"stream_progress","arguments":{"count":30,"interval_ms":100},"_meta":{"progressToken":"p"}}}`)
+	defer call.Body.Close()
+	if call.StatusCode != 200 {
+		t.Fatalf("tools/call: %s", call.Status)
+	}
+
+	stall.Store(true)
+	time.Sleep(1800 * time.Millisecond) // past the lease, in Redis too
+	stall.Store(false)
+
+	body, err := io.ReadAll(call.Body)
+	if err != nil {
+		t.Fatalf("reading the call's stream: %v", err)
+	}
+	if !strings.Contains(string(body), `"result"`) || strings.Contains(string(body), `"error"`) {
+		t.Errorf("the call in flight during the stall did not end with its result:\n%s", body)
+	}
+	time.Sleep(time.Second)
+	if n := h.Counts()["dropped"]; n != 0 {
+		t.Errorf("%d of %d sessions dropped by the replica that owns them, though nobody took them", n, len(sids))
+	}
+	for _, sid := range sids {
+		resp := post(sid, `{"jsonrpc":"2.0","id":3,"method":"tools/list"}`)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("session %s after the stall: %s", sid, resp.Status)
+		}
+	}
+}
