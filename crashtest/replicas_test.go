@@ -624,6 +624,58 @@ func TestReplicasZombie(t *testing.T) {
 	}
 }
 
+// TestReplicaPausedAlone pauses (SIGSTOP) the only replica in the middle
+// of a call, past its lease, and wakes it: nobody took the session over,
+// so the replica renews its lapsed lease and carries on. The call ends
+// with its result on the same connection, every progress event in order,
+// and the replica keeps serving the session in the same generation.
+// Regression: the woken replica dropped every session whose lease had
+// lapsed without asking Redis, and the calls in flight were answered lost
+// (a replica paused by a busy machine, a GC or VM stall, lost its work
+// with no failover happening).
+func TestReplicaPausedAlone(t *testing.T) {
+	needBinary(t)
+	rs := newReplicaSet(t, 1, redistest.Options{})
+	a := rs.procs[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st, k, v := rs.sharedLog(ctx)
+	const count = 30
+	sid, c, resp := startCall(ctx, t, a, k, "paused-alone", count, 100, 3)
+	defer resp.Body.Close()
+	before, err := st.Session(ctx, sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(replicaLease + 500*time.Millisecond) // past the lease, in Redis too
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+
+	scan(resp, func(ev sse.Event) bool { k.handle(c, ev); return true })
+	if c.outcome != "result" || c.progress != count || c.lostReset {
+		t.Errorf("the call ended %q after progress %d of %d (backend_lost reset %v), want its result on the same connection", c.outcome, c.progress, count, c.lostReset)
+	}
+	c2 := &call{name: "after-wake", count: 3}
+	resp2, err := do(ctx, a.url(), http.MethodPost, sessionHeaders(sid, ""), callBody(c2.name, c2.name, c2.count, 0))
+	if err != nil || resp2.StatusCode != http.StatusOK {
+		t.Fatalf("POST after the pause: %v %v", resp2, err)
+	}
+	scan(resp2, func(ev sse.Event) bool { k.handle(c2, ev); return true })
+	resp2.Body.Close()
+	if c2.outcome != "result" || c2.gen != before.Incarnation {
+		t.Errorf("POST after the pause ended %q in generation %d, want a result in generation %d", c2.outcome, c2.gen, before.Incarnation)
+	}
+	v.report(t)
+	if logs := a.logText(); strings.Contains(logs, "no longer served here") {
+		t.Errorf("the replica let go of a session nobody else took; its log:\n%s", logs)
+	}
+}
+
 // initializeWith opens a session declaring the client capabilities caps.
 func initializeWith(ctx context.Context, url, caps string) (string, error) {
 	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":%q,"capabilities":%s,"clientInfo":{"name":"crashtest","version":"1"}}}`, protocolVersion, caps)
