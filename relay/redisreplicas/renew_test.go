@@ -59,13 +59,18 @@ type slowBatch struct {
 func (c slowBatch) RenewAll(ctx context.Context, sessions []string, leases []relay.Lease, ttl time.Duration) []error {
 	c.calls.Add(1)
 	if err := wait(ctx, c.d); err != nil {
-		errs := make([]error, len(sessions))
-		for i := range errs {
-			errs[i] = err
-		}
-		return errs
+		return each(len(sessions), err)
 	}
 	return c.b.RenewAll(ctx, sessions, leases, ttl)
+}
+
+// each is err for each of n leases.
+func each(n int, err error) []error {
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
 }
 
 // TestLeasesKeptWhenRenewalsAreSlow: a replica owning many sessions keeps
@@ -89,7 +94,9 @@ func TestLeasesKeptWhenRenewalsAreSlow(t *testing.T) {
 	})
 }
 
-func leasesKept(t *testing.T, rds *redistest.Server, wrap func(relay.Cluster) relay.Cluster) {
+// replica runs one relay replica on rds, in front of the example server,
+// with 1 s leases and the Cluster wrap makes of its own.
+func replica(t *testing.T, rds *redistest.Server, wrap func(relay.Cluster) relay.Cluster) (*relay.Handler, *httptest.Server) {
 	st, err := redisstore.Open(t.Context(), redisstore.Options{URL: rds.URL(), Prefix: fmt.Sprintf("renew%d", time.Now().UnixNano())})
 	if err != nil {
 		t.Fatal(err)
@@ -111,21 +118,45 @@ func leasesKept(t *testing.T, rds *redistest.Server, wrap func(relay.Cluster) re
 	srv.Config.Handler = h
 	srv.Start()
 	t.Cleanup(func() { h.Close(); srv.CloseClientConnections(); srv.Close() })
+	return h, srv
+}
 
+// postMCP POSTs a JSON-RPC body to url, in session sid if not empty.
+func postMCP(t *testing.T, url, sid, body string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if sid != "" {
+		req.Header.Set("Mcp-Session-Id", sid)
+		req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// initialize opens a session on url.
+func initialize(t *testing.T, url string) string {
+	t.Helper()
+	resp := postMCP(t, url, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("initialize: %s", resp.Status)
+	}
+	sid := resp.Header.Get("Mcp-Session-Id")
+	postMCP(t, url, sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`).Body.Close()
+	return sid
+}
+
+func leasesKept(t *testing.T, rds *redistest.Server, wrap func(relay.Cluster) relay.Cluster) {
+	h, srv := replica(t, rds, wrap)
 	const sessions = 40
 	for range sessions {
-		req, _ := http.NewRequest("POST", srv.URL, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("initialize: %s", resp.Status)
-		}
+		initialize(t, srv.URL)
 	}
 	time.Sleep(4 * time.Second) // four lease lifetimes
 	if n := h.Counts()["dropped"]; n != 0 {
@@ -159,11 +190,7 @@ func (c stalled) Renew(ctx context.Context, session string, l relay.Lease, ttl t
 
 func (c stalled) RenewAll(ctx context.Context, sessions []string, leases []relay.Lease, ttl time.Duration) []error {
 	if err := c.hang(ctx); err != nil {
-		errs := make([]error, len(sessions))
-		for i := range errs {
-			errs[i] = err
-		}
-		return errs
+		return each(len(sessions), err)
 	}
 	return c.b.RenewAll(ctx, sessions, leases, ttl)
 }
@@ -177,59 +204,14 @@ func (c stalled) RenewAll(ctx context.Context, sessions []string, leases []relay
 // flight lost (mcpbench's relay-redis, one replica on a starved machine:
 // 64 of 64 streams lost).
 func TestStalledReplicaKeepsItsSessions(t *testing.T) {
-	rds := redistest.Start(t)
-	st, err := redisstore.Open(t.Context(), redisstore.Options{URL: rds.URL(), Prefix: fmt.Sprintf("stall%d", time.Now().UnixNano())})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	secret, err := st.LoadOrCreateSecret(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(nil)
-	self := "http://" + srv.Listener.Addr().String() + "/mcp"
 	var stall atomic.Bool
-	c := redisreplicas.New(st, self)
-	h, err := relay.New(relay.Options{
-		Backend: backend.SDK(exampleserver.New(nil), nil), Store: st, Secret: secret, LeaseTTL: time.Second,
-		Cluster: stalled{c, c.(batcher), &stall},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Config.Handler = h
-	srv.Start()
-	t.Cleanup(func() { h.Close(); srv.CloseClientConnections(); srv.Close() })
-
-	post := func(sid, body string) *http.Response {
-		t.Helper()
-		req, _ := http.NewRequest("POST", srv.URL, strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		if sid != "" {
-			req.Header.Set("Mcp-Session-Id", sid)
-			req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp
-	}
+	h, srv := replica(t, redistest.Start(t), func(c relay.Cluster) relay.Cluster { return stalled{c, c.(batcher), &stall} })
 	var sids []string
 	for range 5 {
-		resp := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("initialize: %s", resp.Status)
-		}
-		sids = append(sids, resp.Header.Get("Mcp-Session-Id"))
-		post(sids[len(sids)-1], `{"jsonrpc":"2.0","method":"notifications/initialized"}`).Body.Close()
+		sids = append(sids, initialize(t, srv.URL))
 	}
 	// A call that runs through the stall: 30 notifications 100 ms apart.
-	call := post(sids[0], `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"stream_progress","arguments":{"count":30,"interval_ms":100},"_meta":{"progressToken":"p"}}}`)
+	call := postMCP(t, srv.URL, sids[0], `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"stream_progress","arguments":{"count":30,"interval_ms":100},"_meta":{"progressToken":"p"}}}`)
 	defer call.Body.Close()
 	if call.StatusCode != 200 {
 		t.Fatalf("tools/call: %s", call.Status)
@@ -251,7 +233,7 @@ func TestStalledReplicaKeepsItsSessions(t *testing.T) {
 		t.Errorf("%d of %d sessions dropped by the replica that owns them, though nobody took them", n, len(sids))
 	}
 	for _, sid := range sids {
-		resp := post(sid, `{"jsonrpc":"2.0","id":3,"method":"tools/list"}`)
+		resp := postMCP(t, srv.URL, sid, `{"jsonrpc":"2.0","id":3,"method":"tools/list"}`)
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != 200 {
