@@ -24,7 +24,14 @@ import (
 //
 // renewing many leases in one round trip, errs[i] being Renew's error for
 // sessions[i]: a replica then renews its sessions in batches of 256
-// (redisreplicas' does).
+// (redisreplicas' does). And one may have
+//
+//	Held(ctx context.Context, session string) (bool, error)
+//
+// reporting whether anybody holds the session's lease: a reader idle on a
+// replica that does not own the session then asks it every second and
+// looks the session up (taking it over) only when nobody does, rather
+// than looking it up every second (redisreplicas' does).
 type Cluster interface {
 	// Self is the URL at which other replicas reach this replica's MCP
 	// endpoint (for example "http://10.0.0.5:8080/mcp").
@@ -149,6 +156,25 @@ func (h *Handler) leaseKeeper() {
 		}
 		wg.Wait()
 	}
+}
+
+// leaseHolder is a Cluster that tells whether anybody holds a session's
+// lease without trying to take it (redisreplicas').
+type leaseHolder interface {
+	Held(ctx context.Context, session string) (bool, error)
+}
+
+// ownerMayBeGone reports whether a reader that waited idle on a session
+// another replica owns should look the session up again: with a
+// leaseHolder, only when nobody holds its lease (its owner died or let it
+// go) or the Cluster cannot tell.
+func (h *Handler) ownerMayBeGone(ctx context.Context, id string) bool {
+	lh, ok := h.cluster.(leaseHolder)
+	if !ok {
+		return true
+	}
+	held, err := lh.Held(ctx, id)
+	return err != nil || !held
 }
 
 // leaseBatcher is a Cluster that renews many leases in one round trip

@@ -238,10 +238,10 @@ func (h *Handler) follow(r *http.Request, c *sseConn, s *session, st *stream, a 
 			if !goOn {
 				return nil, ok
 			}
-			if idle {
-				// Nothing for a while: if the owner died, its lease has
-				// lapsed and this replica takes the session over (which
-				// seals what the dead owner left unfinished).
+			if idle && h.ownerMayBeGone(ctx, s.id) {
+				// Nothing for a while and nobody holds the lease: the
+				// owner died, and this replica takes the session over
+				// (which seals what the dead owner left unfinished).
 				h.lookup(r, s.id)
 			}
 			continue

@@ -84,6 +84,17 @@ func (c *cluster) RenewAll(ctx context.Context, sessions []string, leases []rela
 	return errs
 }
 
+// Held reports whether anybody holds the session's lease (the relay asks
+// it, when a Cluster has it, before an idle reader looks up a session
+// another replica owns): one read, where a lookup is three scripts.
+func (c *cluster) Held(ctx context.Context, session string) (bool, error) {
+	_, _, err := c.st.Holder(ctx, session)
+	if errors.Is(err, redisstore.ErrNoLease) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 func (c *cluster) Release(ctx context.Context, session string, l relay.Lease) error {
 	err := c.st.ReleaseLease(ctx, session, redisstore.Lease(l))
 	if errors.Is(err, redisstore.ErrLeaseLost) {

@@ -97,7 +97,13 @@ func TestLeasesKeptWhenRenewalsAreSlow(t *testing.T) {
 // replica runs one relay replica on rds, in front of the example server,
 // with 1 s leases and the Cluster wrap makes of its own.
 func replica(t *testing.T, rds *redistest.Server, wrap func(relay.Cluster) relay.Cluster) (*relay.Handler, *httptest.Server) {
-	st, err := redisstore.Open(t.Context(), redisstore.Options{URL: rds.URL(), Prefix: fmt.Sprintf("renew%d", time.Now().UnixNano())})
+	return replicaOn(t, rds, fmt.Sprintf("renew%d", time.Now().UnixNano()), wrap)
+}
+
+// replicaOn is replica with the store's key prefix: replicas of one relay
+// share it.
+func replicaOn(t *testing.T, rds *redistest.Server, prefix string, wrap func(relay.Cluster) relay.Cluster) (*relay.Handler, *httptest.Server) {
+	st, err := redisstore.Open(t.Context(), redisstore.Options{URL: rds.URL(), Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
