@@ -131,14 +131,13 @@ func (h *Handler) leaseKeeper() {
 		// renewed). Renewals go out together: one after another, a round
 		// of many sessions on a busy store took longer than a lease
 		// lasts, and the replica dropped its own sessions.
-		valid := owned
 		sem := make(chan struct{}, renewParallel)
 		var wg sync.WaitGroup
 		if b, ok := h.cluster.(leaseBatcher); ok {
-			for len(valid) > 0 {
-				n := min(len(valid), renewBatch)
-				batch := valid[:n]
-				valid = valid[n:]
+			for len(owned) > 0 {
+				n := min(len(owned), renewBatch)
+				batch := owned[:n]
+				owned = owned[n:]
 				sem <- struct{}{}
 				wg.Go(func() {
 					defer func() { <-sem }()
@@ -146,11 +145,11 @@ func (h *Handler) leaseKeeper() {
 				})
 			}
 		} else {
-			for _, s := range valid {
+			for _, s := range owned {
 				sem <- struct{}{}
 				wg.Go(func() {
 					defer func() { <-sem }()
-					h.renew(s)
+					h.renew(h.ctx, s)
 				})
 			}
 		}
@@ -191,9 +190,6 @@ const (
 	renewBatch = 256
 )
 
-// renew renews s's lease, or lets s go if another replica has it.
-func (h *Handler) renew(s *session) { h.revalidate(h.ctx, s) }
-
 // renewBatch renews the leases of sessions in one RenewAll.
 func (h *Handler) renewBatch(b leaseBatcher, sessions []*session) {
 	ids := make([]string, len(sessions))
@@ -233,10 +229,11 @@ func (h *Handler) renewed(s *session, start time.Time, err error) {
 	}
 }
 
-// revalidate renews s's lease now, for a request that found it lapsed. It
-// returns nil if this replica still owns s, an error wrapping ErrLeaseLost
-// if another replica does (s is dropped), or the Cluster's error.
-func (h *Handler) revalidate(ctx context.Context, s *session) error {
+// renew renews s's lease: for the lease keeper, and for a request that
+// found it lapsed. It returns nil if this replica still owns s, an error
+// wrapping ErrLeaseLost if another replica does (s is dropped), or the
+// Cluster's error.
+func (h *Handler) renew(ctx context.Context, s *session) error {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, h.leaseTTL/3)
 	err := h.cluster.Renew(ctx, s.id, s.lease, h.leaseTTL)

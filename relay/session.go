@@ -192,7 +192,7 @@ func (h *Handler) lookup(r *http.Request, id string) (*session, error) {
 	s := h.sessions[id]
 	h.mu.RUnlock()
 	if s != nil && h.cluster != nil && !s.leaseValid() {
-		switch err := h.revalidate(r.Context(), s); {
+		switch err := h.renew(r.Context(), s); {
 		case errors.Is(err, ErrLeaseLost):
 			s = nil // dropped: restored below as another replica's
 		case err != nil:

@@ -75,19 +75,7 @@ func TestUpstreamHeadersAcrossReplicas(t *testing.T) {
 
 			post := func(url, sid, token, body string) *http.Response {
 				t.Helper()
-				req, _ := http.NewRequest("POST", url, strings.NewReader(body))
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("Accept", "application/json, text/event-stream")
-				req.Header.Set("Authorization", token)
-				if sid != "" {
-					req.Header.Set("Mcp-Session-Id", sid)
-					req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
-				}
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return resp
+				return postAs(t, url, sid, token, body)
 			}
 			call := func(url, sid, token string) {
 				t.Helper()

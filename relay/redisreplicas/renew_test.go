@@ -130,9 +130,18 @@ func replicaOn(t *testing.T, rds *redistest.Server, prefix string, wrap func(rel
 // postMCP POSTs a JSON-RPC body to url, in session sid if not empty.
 func postMCP(t *testing.T, url, sid, body string) *http.Response {
 	t.Helper()
+	return postAs(t, url, sid, "", body)
+}
+
+// postAs is postMCP with an Authorization header, if not empty.
+func postAs(t *testing.T, url, sid, authorization, body string) *http.Response {
+	t.Helper()
 	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
+	if authorization != "" {
+		req.Header.Set("Authorization", authorization)
+	}
 	if sid != "" {
 		req.Header.Set("Mcp-Session-Id", sid)
 		req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
