@@ -41,9 +41,23 @@ const replicaLease = 2 * time.Second
 
 func newReplicaSet(t *testing.T, n int, ro redistest.Options) *replicaSet {
 	t.Helper()
+	return newReplicaSetVia(t, n, ro, nil)
+}
+
+// newReplicaSetVia is newReplicaSet where replica i reaches Redis at the
+// URL via(i, Redis's address) returns, when via is not nil and that is not
+// "" (a proxy the test can cut).
+func newReplicaSetVia(t *testing.T, n int, ro redistest.Options, via func(i int, redisAddr string) string) *replicaSet {
+	t.Helper()
 	rs := &replicaSet{t: t, redis: redistest.StartWith(t, ro)}
 	tmp := t.TempDir()
 	for i := range n {
+		storeURL := rs.redis.URL()
+		if via != nil {
+			if u := via(i, rs.redis.Addr()); u != "" {
+				storeURL = u
+			}
+		}
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -51,7 +65,7 @@ func newReplicaSet(t *testing.T, n int, ro redistest.Options) *replicaSet {
 		addr := ln.Addr().String()
 		ln.Close()
 		p := &relayProc{t: t, name: fmt.Sprintf("replica%d", i), addr: addr, logDir: tmp, changed: make(chan struct{}),
-			args: []string{"--store", rs.redis.URL(), "--lease-ttl", replicaLease.String(), "--log-level", "warn"}}
+			args: []string{"--store", storeURL, "--lease-ttl", replicaLease.String(), "--log-level", "warn"}}
 		t.Cleanup(func() {
 			p.kill()
 			if t.Failed() {

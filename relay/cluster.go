@@ -372,3 +372,14 @@ func retryAfter(w http.ResponseWriter, d time.Duration, msg string) {
 	w.Header().Set("Retry-After", fmt.Sprint(max(1, int(math.Ceil(d.Seconds())))))
 	httpError(w, http.StatusServiceUnavailable, "Service Unavailable: "+msg+"; retry")
 }
+
+// leaseContext bounds what a request does in the store for s, a session
+// this replica owns, by its lease: past it the replica may not act for s
+// anyway, and a store that does not answer (a partition) must not hold the
+// client for the store client's own timeouts. Without a Cluster it is ctx.
+func (h *Handler) leaseContext(ctx context.Context, s *session) (context.Context, context.CancelFunc) {
+	if h.cluster == nil {
+		return context.WithCancel(ctx)
+	}
+	return context.WithDeadline(ctx, time.Unix(0, s.leaseUntil.Load()))
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"mime"
 	"net/http"
 	"slices"
@@ -308,45 +309,45 @@ func (h *Handler) noteCancelled(s *session, params json.RawMessage) {
 // stream fed from the log. The backend's reply is pumped into the log by a
 // goroutine that outlives the client's connection.
 func (h *Handler) forwardRequest(w http.ResponseWriter, r *http.Request, s *session, body []byte, ids []json.RawMessage) {
-	var (
-		rep backend.Reply
-		gen uint64
-		bs  backend.Session
-		err error
-	)
+	var rep backend.Reply
 	// The backend call lives as long as its stream's pump, not as long as
 	// the client's connection (legacy era: disconnection is not
 	// cancellation); endSession and retire cancel it.
 	pctx, cancel := h.callContext()
+	// The call's stream is in the log before the backend sees the request:
+	// a log that takes no writes is a 503 while nothing was sent, so that
+	// the client may send the request again without its running twice.
+	gen, bs := s.current()
+	st, err := h.openCallStream(r, s, gen, ids)
+	if err != nil {
+		cancel()
+		h.writeStreamError(w, s, ids, err)
+		return
+	}
 	for try := 0; try < 2; try++ {
-		gen, bs = s.current()
 		rep, err = bs.Call(pctx, body, ids)
 		if !errors.Is(err, backend.ErrSessionLost) || try == 1 {
 			break
 		}
 		// The backend lost the session before it saw this request:
-		// re-create it, then send the request to the new incarnation.
+		// re-create it, then send the request to the new incarnation, on
+		// a stream of its generation.
 		if rerr := h.reincarnate(s, gen); rerr != nil {
 			err = rerr
 			break
+		}
+		go h.discardStream(st)
+		gen, bs = s.current()
+		if st, err = h.openCallStream(r, s, gen, ids); err != nil {
+			cancel()
+			h.writeStreamError(w, s, ids, err)
+			return
 		}
 	}
 	if err != nil {
 		cancel()
 		h.writeBackendError(w, ids, err)
-		return
-	}
-	st, err := h.newStream(r.Context(), s, gen, false, ids)
-	if err != nil {
-		rep.Close()
-		cancel()
-		if errors.Is(err, eventlog.ErrUnavailable) {
-			h.log.Error("a call's stream: the event log takes no writes", logSession, s.id, "err", err)
-			writeUnavailable(w)
-			return
-		}
-		h.log.Error("creating a call's stream", logSession, s.id, "err", err)
-		writeJSONErrors(w, http.StatusInternalServerError, ids, -32603, "mcprelay: the event log failed")
+		go h.discardStream(st)
 		return
 	}
 	st.cancel = cancel
@@ -373,6 +374,46 @@ func (h *Handler) forwardRequest(w http.ResponseWriter, r *http.Request, s *sess
 		h.startPump(pctx, st, rep)
 	}
 	h.serveStream(w, r, s, resume.Tail(st.key, st.gen, 0), opensCall)
+}
+
+// openCallStream creates the stream of a call of ids in generation gen,
+// bounded by the session's lease (leaseContext).
+func (h *Handler) openCallStream(r *http.Request, s *session, gen uint64, ids []json.RawMessage) (*stream, error) {
+	ctx, cancel := h.leaseContext(r.Context(), s)
+	defer cancel()
+	return h.newStream(ctx, s, gen, false, ids)
+}
+
+// writeStreamError answers requests whose stream could not be created:
+// nothing was sent to the backend. A log that takes no writes (a full
+// disk, Redis out of reach within the lease) is a 503: the client sends
+// the requests again later.
+func (h *Handler) writeStreamError(w http.ResponseWriter, s *session, ids []json.RawMessage, err error) {
+	if errors.Is(err, eventlog.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+		h.log.Error("a call's stream: the event log takes no writes", logSession, s.id, "err", err)
+		writeUnavailable(w)
+		return
+	}
+	h.log.Error("creating a call's stream", logSession, s.id, "err", err)
+	writeJSONErrors(w, http.StatusInternalServerError, ids, -32603, "", "mcprelay: the event log failed")
+}
+
+// discardStream ends a call's stream that no client has heard of, because
+// its requests did not reach the backend there: it is sealed, with the
+// requests' lost errors as any sealed call stream has, so that no owner
+// finds it open later. It is not counted or logged as a loss: the client
+// was answered on its POST. It may wait for the log (appendEvents'
+// patience): callers run it in a goroutine, after answering.
+func (h *Handler) discardStream(st *stream) {
+	st.mu.Lock()
+	ids := slices.Collect(maps.Values(st.pending))
+	st.mu.Unlock()
+	if !h.appendEvents(st, true, lostEvents(st, ids, resume.ReasonBackendLost, "mcprelay: request not sent")...) {
+		st.mu.Lock()
+		st.done = true
+		st.mu.Unlock()
+	}
+	h.streams.remove(st)
 }
 
 // writeBackendError answers a message the backend did not take: its own
@@ -420,7 +461,7 @@ func (h *Handler) writeBackendError(w http.ResponseWriter, ids []json.RawMessage
 	if status == http.StatusGatewayTimeout {
 		msg = "mcprelay: request lost: the backend did not answer in time"
 	}
-	writeJSONErrors(w, status, ids, resume.CodeRequestLost, msg)
+	writeJSONErrors(w, status, ids, resume.CodeRequestLost, "", msg)
 }
 
 // writeJSON writes a JSON body.
@@ -438,17 +479,19 @@ func writeJSONError(w http.ResponseWriter, status int, id json.RawMessage, code 
 	writeJSON(w, status, errorResponse(id, code, msg, ""))
 }
 
-func writeJSONErrors(w http.ResponseWriter, status int, ids []json.RawMessage, code int, msg string) {
-	if len(ids) == 1 {
-		writeJSONError(w, status, ids[0], code, msg)
-		return
+func writeJSONErrors(w http.ResponseWriter, status int, ids []json.RawMessage, code int, reason resume.Reason, msg string) {
+	var b []byte
+	if len(ids) != 1 {
+		b = append(b, '[')
 	}
-	b := []byte{'['}
 	for i, id := range ids {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, errorResponse(id, code, msg, "")...)
+		b = append(b, errorResponse(id, code, msg, reason)...)
 	}
-	writeJSON(w, status, append(b, ']'))
+	if len(ids) != 1 {
+		b = append(b, ']')
+	}
+	writeJSON(w, status, b)
 }

@@ -456,6 +456,16 @@ func (h *Handler) loseStream(st *stream, reason resume.Reason, msg string) {
 	}
 	ids := slices.Collect(maps.Values(st.pending))
 	st.mu.Unlock()
+	if h.appendEvents(st, true, lostEvents(st, ids, reason, msg)...) {
+		h.metrics.requestsLost.Add(float64(len(ids)))
+		h.log.Warn("request stream lost", logSession, st.sess.id, logStream, st.skey, logReason, reason, "requests", len(ids))
+	}
+}
+
+// lostEvents are the events that seal st with its requests ids
+// unanswered: the reset naming them and an error response under each id
+// (for a cancellation, only the errors).
+func lostEvents(st *stream, ids []json.RawMessage, reason resume.Reason, msg string) []eventlog.Event {
 	evs := []eventlog.Event{{Type: resume.EventReset, Data: resume.Reset{Reason: reason, Stream: st.skey, Generation: st.gen, Lost: ids}.Marshal()}}
 	code := resume.CodeRequestLost
 	if reason == resume.ReasonCancelled {
@@ -465,10 +475,7 @@ func (h *Handler) loseStream(st *stream, reason resume.Reason, msg string) {
 	for _, id := range ids {
 		evs = append(evs, eventlog.Event{Data: errorResponse(id, code, msg, reason)})
 	}
-	if h.appendEvents(st, true, evs...) {
-		h.metrics.requestsLost.Add(float64(len(ids)))
-		h.log.Warn("request stream lost", logSession, st.sess.id, logStream, st.skey, logReason, reason, "requests", len(ids))
-	}
+	return evs
 }
 
 // endSession removes a session: its pumps stop, its streams and events are

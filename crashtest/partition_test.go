@@ -1,0 +1,267 @@
+package crashtest
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcprelay/mcprelay/eventlog/redisstore/redistest"
+	"github.com/mcprelay/mcprelay/sse"
+)
+
+// partition is a TCP proxy between one replica and Redis that the test can
+// cut: a one-sided network partition. While cut it forwards nothing: the
+// connections already open stay open but silent, as a dropped route leaves
+// them, and new ones are accepted and never answered. Heal closes every
+// connection opened before it (as the peers' timeouts would in the end)
+// and forwards new ones again.
+type partition struct {
+	ln     net.Listener
+	target string
+
+	mu    sync.Mutex
+	cond  *sync.Cond
+	cut   bool
+	epoch int        // cuts so far; a connection forwards only in the epoch it was opened in
+	conns []net.Conn // every connection of the current epoch, both sides
+}
+
+func newPartition(t *testing.T, target string) *partition {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &partition{ln: ln, target: target}
+	p.cond = sync.NewCond(&p.mu)
+	go p.accept()
+	t.Cleanup(func() {
+		ln.Close()
+		p.heal()
+	})
+	return p
+}
+
+func (p *partition) url() string { return "redis://" + p.ln.Addr().String() + "/0" }
+
+func (p *partition) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		cut, epoch := p.cut, p.epoch
+		p.conns = append(p.conns, c)
+		p.mu.Unlock()
+		if cut {
+			continue // held open, never answered
+		}
+		r, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, r)
+		p.mu.Unlock()
+		go p.pipe(r, c, epoch)
+		go p.pipe(c, r, epoch)
+	}
+}
+
+// pipe copies src to dst while the partition is whole; what it reads while
+// cut is never delivered.
+func (p *partition) pipe(dst, src net.Conn, epoch int) {
+	defer dst.Close()
+	defer src.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if !p.pass(epoch) {
+				return
+			}
+			if _, err := dst.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// pass waits while the partition is cut and reports whether a connection
+// opened in epoch may still forward.
+func (p *partition) pass(epoch int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.cut {
+		p.cond.Wait()
+	}
+	return p.epoch == epoch
+}
+
+func (p *partition) cutOff() {
+	p.mu.Lock()
+	p.cut = true
+	p.epoch++
+	p.mu.Unlock()
+}
+
+func (p *partition) heal() {
+	p.mu.Lock()
+	p.cut = false
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+	p.cond.Broadcast()
+	p.mu.Unlock()
+}
+
+// TestReplicaPartitioned cuts the replica that owns a session off from
+// Redis, and only it, in the middle of a call, while the other replica
+// still reaches Redis (a one-sided partition; the chaos runs only ever
+// take Redis away from every replica at once).
+//
+//   - Cut off and past its lease, the replica answers a request for the
+//     session 503, so that the client keeps its session and cursor: never
+//     a 404, never an answer it could not log.
+//   - The client gives up on its stalled stream and resumes on the other
+//     replica, which takes the session over and seals the call
+//     (backend_lost reset, -32001). What the client saw from the first
+//     replica is in the log, in order, nothing skipped.
+//   - When the partition heals, the first replica finds the session taken:
+//     it writes nothing more to the log, says it stopped serving the
+//     session, and forwards the session's next request to the new owner.
+func TestReplicaPartitioned(t *testing.T) {
+	needBinary(t)
+	var cut *partition
+	rs := newReplicaSetVia(t, 2, redistest.Options{}, func(i int, redisAddr string) string {
+		if i != 0 {
+			return ""
+		}
+		cut = newPartition(t, redisAddr)
+		return cut.url()
+	})
+	a, b := rs.procs[0], rs.procs[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st, k, v := rs.sharedLog(ctx)
+	sid, c, resp := startCall(ctx, t, a, k, "partitioned-call", 400, 20, 6)
+
+	// The client keeps reading its stream from the replica being cut off.
+	var mu sync.Mutex
+	var stalled []sse.Event
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		scan(resp, func(ev sse.Event) bool {
+			mu.Lock()
+			stalled = append(stalled, ev)
+			mu.Unlock()
+			return true
+		})
+	}()
+	cut.cutOff()
+	cutAt := time.Now()
+	healed := false
+	defer func() {
+		if !healed {
+			cut.heal()
+		}
+	}()
+
+	// A request right after the cut, while the replica still holds the
+	// lease: the log cannot record its stream, so it is not sent to the
+	// backend, and the answer is a 503 within the lease. Regression: the
+	// request went to the backend first, and the 503 (which invites the
+	// client to send it again) came after 11.9 s, the Redis client's own
+	// timeout.
+	early, err := do(ctx, a.url(), http.MethodPost, sessionHeaders(sid, ""), callBody("early", "early", 1, 0))
+	if err != nil {
+		t.Fatalf("POST right after the cut: %v", err)
+	}
+	early.Body.Close()
+	if took := time.Since(cutAt); early.StatusCode != http.StatusServiceUnavailable || early.Header.Get("Retry-After") == "" || took > replicaLease {
+		t.Errorf("POST right after the cut: %s (Retry-After %q) after %v, want 503 with Retry-After within the lease (%v)",
+			early.Status, early.Header.Get("Retry-After"), took.Round(time.Millisecond), replicaLease)
+	}
+	time.Sleep(time.Until(cutAt.Add(replicaLease + 500*time.Millisecond))) // past the lease, in Redis too
+
+	// A request for the session on the cut-off replica.
+	start := time.Now()
+	r503, err := do(ctx, a.url(), http.MethodPost, sessionHeaders(sid, ""), callBody("during-cut", "during-cut", 1, 0))
+	if err != nil {
+		t.Fatalf("POST to the cut-off replica: %v", err)
+	}
+	r503.Body.Close()
+	if r503.StatusCode != http.StatusServiceUnavailable || r503.Header.Get("Retry-After") == "" {
+		t.Errorf("POST to the cut-off replica: %s (Retry-After %q) after %v, want 503 with Retry-After",
+			r503.Status, r503.Header.Get("Retry-After"), time.Since(start).Round(time.Millisecond))
+	}
+
+	// The client gives up on the stalled stream: what it had is checked
+	// as received, and it resumes on the other replica from there.
+	resp.Body.Close()
+	<-readDone
+	mu.Lock()
+	for _, ev := range stalled {
+		k.handle(c, ev)
+	}
+	mu.Unlock()
+	resp, err = do(ctx, b.url(), http.MethodGet, sessionHeaders(sid, c.cursor), "")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("resume on the other replica: %v %v", resp, err)
+	}
+	scan(resp, func(ev sse.Event) bool { k.handle(c, ev); return true })
+	resp.Body.Close()
+	if c.outcome != "lost" || !c.lostReset {
+		t.Fatalf("after the takeover the call ended %q (backend_lost reset %v), want lost", c.outcome, c.lostReset)
+	}
+	sealed, evs, err := readLog(ctx, st, c.key)
+	if err != nil || !sealed.Terminal {
+		t.Fatalf("the call's stream after the seal: %+v %v", sealed, err)
+	}
+
+	// Heal, and give the first replica time to renew, append and fail.
+	cut.heal()
+	healed = true
+	deadline := time.Now().Add(3 * replicaLease)
+	for !strings.Contains(a.logText(), "no longer served here") && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if logs := a.logText(); !strings.Contains(logs, "no longer served here") {
+		t.Errorf("after the partition healed the cut-off replica did not let the session go; its log:\n%s", logs)
+	}
+	after, evs2, err := readLog(ctx, st, c.key)
+	if err != nil || after.LastSeq != sealed.LastSeq || len(evs2) != len(evs) {
+		t.Errorf("the cut-off replica wrote to the sealed stream: before %+v (%d events), after %+v (%d events), %v", sealed, len(evs), after, len(evs2), err)
+	}
+
+	// Its next request for the session is the new owner's.
+	sess, err := st.Session(ctx, sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2 := &call{name: "after-heal", count: 3}
+	resp, err = do(ctx, a.url(), http.MethodPost, sessionHeaders(sid, ""), callBody(c2.name, c2.name, c2.count, 0))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST to the healed replica: %v %v", resp, err)
+	}
+	scan(resp, func(ev sse.Event) bool { k.handle(c2, ev); return true })
+	resp.Body.Close()
+	if c2.outcome != "result" || c2.gen != sess.Incarnation || sess.Incarnation < 2 {
+		t.Errorf("POST to the healed replica ended %q in generation %d, want a result in the new owner's generation %d", c2.outcome, c2.gen, sess.Incarnation)
+	}
+	if h, _, err := st.Holder(ctx, sid); err != nil || !strings.HasPrefix(h.Owner, b.url()+"#") {
+		t.Errorf("lease holder %+v (%v), want %s", h, err, b.url())
+	}
+	audit(ctx, st, sid, []*call{c, c2}, v, false)
+	v.report(t)
+}
