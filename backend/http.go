@@ -602,6 +602,7 @@ func readMessages(resp *http.Response, fn func(data []byte) bool) (lastID string
 	}
 	sc := sse.NewScanner(resp.Body)
 	sc.MaxEventBytes = MaxMessageBytes
+	sc.SkipEventIDs = true // returned once, at the end
 	for {
 		ev, err := sc.Next()
 		if ev.Retry > 0 {

@@ -71,6 +71,7 @@ func (r *httpReply) open(resp *http.Response) {
 	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct == "text/event-stream" {
 		r.sc = sse.NewScanner(resp.Body)
 		r.sc.MaxEventBytes = MaxMessageBytes
+		r.sc.SkipEventIDs = true // the cursor is read once the body ends (endBody)
 	}
 }
 
@@ -96,9 +97,6 @@ func (r *httpReply) read() ([]byte, error) {
 		ev, err := r.sc.Next()
 		if ev.Retry > 0 {
 			r.retry = ev.Retry
-		}
-		if id := r.sc.LastEventID(); id != "" {
-			r.cursor = id
 		}
 		if err != nil {
 			switch {
@@ -148,8 +146,7 @@ func (r *httpReply) Next() ([]byte, error) {
 		if data != nil {
 			return r.restoreIDs(data), nil
 		}
-		r.body.Close()
-		r.body = nil
+		r.endBody()
 		r.mu.Lock()
 		closed := r.closed
 		r.mu.Unlock()
@@ -178,6 +175,18 @@ func (r *httpReply) Next() ([]byte, error) {
 			return nil, &Poll{Retry: r.retry}
 		}
 	}
+}
+
+// endBody closes the current body, keeping the last event ID it carried
+// (if any) as the cursor to resume from.
+func (r *httpReply) endBody() {
+	if r.sc != nil {
+		if id := r.sc.LastEventID(); id != "" {
+			r.cursor = id
+		}
+	}
+	r.body.Close()
+	r.body = nil
 }
 
 // TryNext returns the next message when the body is an in-process

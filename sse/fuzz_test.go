@@ -33,6 +33,23 @@ func FuzzScanner(f *testing.F) {
 			t.Fatalf("split reads changed the result:\nwhole   %s %v\nchunked %s %v",
 				fmtEvents(whole), wholeErr, fmtEvents(chunked), chunkedErr)
 		}
+		// SkipEventIDs changes only Event.ID: the same events otherwise,
+		// and the same last event ID after each.
+		full, skip := NewScanner(bytes.NewReader(in)), NewScanner(bytes.NewReader(in))
+		full.MaxEventBytes, skip.MaxEventBytes, skip.SkipEventIDs = int(maxEventBytes), int(maxEventBytes), true
+		for {
+			a, errA := full.Next()
+			b, errB := skip.Next()
+			a.ID = ""
+			if !reflect.DeepEqual(a, b) || errA != errB || full.LastEventID() != skip.LastEventID() {
+				t.Fatalf("SkipEventIDs changed more than Event.ID: %s %v (last %q) against %s %v (last %q)",
+					fmtEvents([]Event{a}), errA, full.LastEventID(), fmtEvents([]Event{b}), errB, skip.LastEventID())
+			}
+			if errA != nil {
+				break
+			}
+		}
+
 		switch wholeErr {
 		case io.EOF, io.ErrUnexpectedEOF, ErrTooLarge:
 		default:

@@ -37,8 +37,8 @@ var bom = []byte("\xEF\xBB\xBF")
 // zero.
 //
 // A Scanner reads through its own buffer; it does not allocate per line, and
-// allocates per event only the copy of Data and, when they change, ID and
-// Type. It is not safe for concurrent use.
+// allocates per event only the copy of Data and, when they change, ID (not
+// with SkipEventIDs) and Type. It is not safe for concurrent use.
 type Scanner struct {
 	// MaxEventBytes bounds one event as read from the wire: the total length
 	// of its lines (field names and values, comments and unknown fields
@@ -46,6 +46,12 @@ type Scanner struct {
 	// ErrTooLarge. Zero or negative means 4 MiB.
 	// Set it before the first call to Next.
 	MaxEventBytes int
+	// SkipEventIDs leaves Event.ID empty; LastEventID still reports the
+	// last event ID, and a block that set only an id is still returned
+	// (as an empty Event). A reader that needs the ID only to resume,
+	// from LastEventID once the stream ended, then costs no string per
+	// event.
+	SkipEventIDs bool
 
 	rd   io.Reader
 	buf  []byte
@@ -68,7 +74,9 @@ type Scanner struct {
 	typ        []byte
 	retry      time.Duration
 
-	lastID   string // last event ID, committed at each dispatch
+	lastID   []byte // last event ID, committed at each dispatch
+	lastStr  string // lastID as a string, when not stale
+	stale    bool   // lastID changed since lastStr was made
 	lastType string // previous Type, reused to avoid an allocation
 	err      error  // sticky
 }
@@ -83,7 +91,12 @@ func NewScanner(r io.Reader) *Scanner {
 // including blocks without data. An id seen in an event that was cut before
 // its blank line does not count, so resuming from LastEventID never skips
 // that event.
-func (s *Scanner) LastEventID() string { return s.lastID }
+func (s *Scanner) LastEventID() string {
+	if s.stale {
+		s.lastStr, s.stale = string(s.lastID), false
+	}
+	return s.lastStr
+}
 
 // Next returns the next event. It returns every dispatched block that set at
 // least one of id, event, data or retry. Event.Data is nil when the block had
@@ -275,11 +288,14 @@ func parseRetry(v []byte) (time.Duration, bool) {
 // dispatch ends the current block and reports its event, if it has one.
 func (s *Scanner) dispatch() (Event, bool) {
 	var ev Event
+	hasID := s.hasID && len(s.id) > 0
 	if s.hasID {
-		if string(s.id) != s.lastID {
-			s.lastID = string(s.id)
+		if !bytes.Equal(s.id, s.lastID) {
+			s.lastID, s.stale = append(s.lastID[:0], s.id...), true
 		}
-		ev.ID = s.lastID
+		if !s.SkipEventIDs {
+			ev.ID = s.LastEventID()
+		}
 	}
 	if len(s.typ) > 0 {
 		if string(s.typ) != s.lastType {
@@ -298,5 +314,5 @@ func (s *Scanner) dispatch() (Event, bool) {
 	s.id, s.hasID = s.id[:0], false
 	s.typ = s.typ[:0]
 	s.retry = 0
-	return ev, ev.ID != "" || ev.Type != "" || ev.Data != nil || ev.Retry != 0
+	return ev, hasID || ev.Type != "" || ev.Data != nil || ev.Retry != 0
 }

@@ -409,14 +409,28 @@ func runTarget(exe string, cfg config, run int, name string, res *results) {
 		streams := func(w string, k, n int) {
 			cfg.logf("run %d %s %s (%d×%d)", run+1, name, w, k, n)
 			ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
+			cpu0, cerr := srv.treeCPU()
+			self0, serr := load.SelfCPU()
 			r, err := load.Streams(ctx, c, k, n)
+			cpu1, cerr1 := srv.treeCPU()
+			self1, serr1 := load.SelfCPU()
 			cancel()
 			if err != nil {
 				fail(w, err)
 				return
 			}
-			res.add(name, w, map[string]float64{
-				w + "_events_per_s": r.PerSec, w + "_lost": float64(r.Lost), w + "_resets": float64(r.Resets), w + "_errors": float64(r.Errors)})
+			m := map[string]float64{
+				w + "_events_per_s": r.PerSec, w + "_lost": float64(r.Lost), w + "_resets": float64(r.Resets), w + "_errors": float64(r.Errors)}
+			if cerr == nil && cerr1 == nil && r.Received > 0 {
+				// CPU per event received: steadier than events/s on
+				// two shared cores, where the server and the client
+				// take turns.
+				m[w+"_cpu_ns"] = float64((cpu1-cpu0)/time.Nanosecond) / float64(r.Received)
+			}
+			if serr == nil && serr1 == nil && r.Received > 0 {
+				m[w+"_client_cpu_ns"] = float64((self1-self0)/time.Nanosecond) / float64(r.Received)
+			}
+			res.add(name, w, m)
 		}
 		if cfg.has("stream") {
 			streams("stream", 1, cfg.streamEvents)

@@ -138,7 +138,7 @@ func TestSummaryAndRatios(t *testing.T) {
 	cfg := config{targets: []string{"raw", "relay-minimal", "gosdk"}, workloads: []string{"stream"}, runs: 3, streamEvents: 10}
 	r := newResults()
 	for _, v := range []float64{100, 300, 200} {
-		r.add("raw", "stream", map[string]float64{"stream_events_per_s": v, "stream_lost": 0})
+		r.add("raw", "stream", map[string]float64{"stream_events_per_s": v, "stream_lost": 0, "stream_cpu_ns": 10 * v})
 	}
 	for _, v := range []float64{50, 60, 70} {
 		r.add("relay-minimal", "stream", map[string]float64{"stream_events_per_s": v, "stream_lost": 1})
@@ -152,10 +152,10 @@ func TestSummaryAndRatios(t *testing.T) {
 	}
 	rows := r.rows(cfg, tables[1])
 	want := [][]string{
-		{"target", "events/s", "× raw", "lost", "resets", "errors"},
-		{"raw", "200", "1.00×", "0", "—", "—"},
-		{"relay-minimal", "60", "0.30×", "3", "—", "—"},
-		{"gosdk", "—", "—", "—", "—", "—"},
+		{"target", "events/s", "× raw", "server CPU ns/event", "client CPU ns/event", "lost", "resets", "errors"},
+		{"raw", "200", "1.00×", "2,000", "—", "0", "—", "—"},
+		{"relay-minimal", "60", "0.30×", "—", "—", "3", "—", "—"},
+		{"gosdk", "—", "—", "—", "—", "—", "—", "—"},
 	}
 	for i := range want {
 		if strings.Join(rows[i], "|") != strings.Join(want[i], "|") {

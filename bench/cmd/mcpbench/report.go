@@ -138,6 +138,8 @@ var tables = []table{
 		return fmt.Sprintf("one tools/call streaming %s progress notifications", num(float64(c.streamEvents)))
 	}, []column{
 		{metric: "stream_events_per_s", head: "events/s", format: num, ratio: true},
+		{metric: "stream_cpu_ns", head: "server CPU ns/event", format: num},
+		{metric: "stream_client_cpu_ns", head: "client CPU ns/event", format: num},
 		{metric: "stream_lost", head: "lost", format: num},
 		{metric: "stream_resets", head: "resets", format: num},
 		{metric: "stream_errors", head: "errors", format: num},
@@ -146,6 +148,8 @@ var tables = []table{
 		return fmt.Sprintf("%d tools/call streams at once, %s notifications each", c.streams, num(float64(c.streamsEvents)))
 	}, []column{
 		{metric: "streams_events_per_s", head: "events/s (all)", format: num, ratio: true},
+		{metric: "streams_cpu_ns", head: "server CPU ns/event", format: num},
+		{metric: "streams_client_cpu_ns", head: "client CPU ns/event", format: num},
 		{metric: "streams_lost", head: "lost", format: num},
 		{metric: "streams_resets", head: "resets", format: num},
 		{metric: "streams_errors", head: "errors", format: num},
