@@ -373,13 +373,18 @@ func retryAfter(w http.ResponseWriter, d time.Duration, msg string) {
 	httpError(w, http.StatusServiceUnavailable, "Service Unavailable: "+msg+"; retry")
 }
 
-// leaseContext bounds what a request does in the store for s, a session
-// this replica owns, by its lease: past it the replica may not act for s
-// anyway, and a store that does not answer (a partition) must not hold the
-// client for the store client's own timeouts. Without a Cluster it is ctx.
-func (h *Handler) leaseContext(ctx context.Context, s *session) (context.Context, context.CancelFunc) {
-	if h.cluster == nil {
+// storeContext bounds a request's store calls for s, with replicas: by s's
+// lease when this replica owns s (past it the replica may not act for s
+// anyway), by one lease TTL when another replica does. A store that does
+// not answer (a partition) must not hold the client for the store client's
+// own timeouts: the request fails, and the client is told to retry (503).
+// Without a Cluster it is ctx.
+func (h *Handler) storeContext(ctx context.Context, s *session) (context.Context, context.CancelFunc) {
+	switch {
+	case h.cluster == nil:
 		return context.WithCancel(ctx)
+	case s.owner != "":
+		return context.WithTimeout(ctx, h.leaseTTL)
 	}
 	return context.WithDeadline(ctx, time.Unix(0, s.leaseUntil.Load()))
 }

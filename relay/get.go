@@ -46,7 +46,9 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request) {
 		in.Session = &resume.Session{ID: s.id, Incarnation: gen}
 		in.Cursor, in.CursorErr = h.codec.Parse(lei)
 		if in.CursorErr == nil {
-			rec, _, err := h.store.Read(r.Context(), in.Cursor.Stream.String(), math.MaxUint64, 0, nil)
+			ctx, cancel := h.storeContext(r.Context(), s)
+			rec, _, err := h.store.Read(ctx, in.Cursor.Stream.String(), math.MaxUint64, 0, nil)
+			cancel()
 			switch {
 			case err == nil:
 				in.Stream = &resume.Stream{

@@ -377,9 +377,9 @@ func (h *Handler) forwardRequest(w http.ResponseWriter, r *http.Request, s *sess
 }
 
 // openCallStream creates the stream of a call of ids in generation gen,
-// bounded by the session's lease (leaseContext).
+// bounded by the session's lease (storeContext).
 func (h *Handler) openCallStream(r *http.Request, s *session, gen uint64, ids []json.RawMessage) (*stream, error) {
-	ctx, cancel := h.leaseContext(r.Context(), s)
+	ctx, cancel := h.storeContext(r.Context(), s)
 	defer cancel()
 	return h.newStream(ctx, s, gen, false, ids)
 }
