@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"net/http"
 	"sync"
@@ -154,6 +155,7 @@ func (h *Handler) leaseKeeper() {
 			}
 		}
 		wg.Wait()
+		h.renewFails.report(h.log)
 	}
 }
 
@@ -218,14 +220,66 @@ func (h *Handler) renewBatch(b leaseBatcher, sessions []*session) {
 // lapsed lease is let go only when the Cluster says another replica has
 // it, not because a renewal failed: that would lose the calls in flight
 // of a replica that is merely slow.
+//
+// Renewals that keep failing for another reason (the store out of reach)
+// are borne for leasePatience, then the session is let go as well: a
+// replica cut off from the store must not keep running tools for a session
+// another replica may have re-created. Failures are logged once per
+// renewLogEvery for all sessions, not per session and round.
 func (h *Handler) renewed(s *session, start time.Time, err error) {
 	switch {
 	case err == nil:
 		s.leaseUntil.Store(start.Add(h.leaseTTL - leaseMargin).UnixNano())
+		s.failingSince.Store(0)
 	case errors.Is(err, ErrLeaseLost):
 		h.dropLocal(s, "lease lost to another replica")
 	default:
-		h.log.Warn("renewing a session lease", logSession, s.id, "lapsed", !s.leaseValid(), "err", err)
+		h.metrics.renewFailures.Inc()
+		h.renewFails.note(err)
+		s.failingSince.CompareAndSwap(0, start.UnixNano())
+		if since := time.Since(time.Unix(0, s.failingSince.Load())); since >= h.leasePatience {
+			h.dropLocal(s, fmt.Sprintf("its lease could not be renewed for %v: %v", since.Round(time.Second), err))
+		}
+	}
+}
+
+// renewLogEvery spaces the warnings about failing lease renewals.
+const renewLogEvery = 10 * time.Second
+
+// renewFailures gathers failed lease renewals between the lease keeper's
+// reports, so that a store outage is one warning every renewLogEvery, not
+// one per session every round.
+type renewFailures struct {
+	mu      sync.Mutex
+	n       int   // failures since the last report
+	err     error // the last one's error
+	logged  time.Time
+	failing bool // the last report was a warning
+}
+
+func (f *renewFailures) note(err error) {
+	f.mu.Lock()
+	f.n++
+	f.err = err
+	f.mu.Unlock()
+}
+
+// report logs what failed since the last report: a warning at most every
+// renewLogEvery while renewals fail, and once when they succeed again.
+func (f *renewFailures) report(log *slog.Logger) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.n > 0 && time.Since(f.logged) >= renewLogEvery:
+		log.Warn("renewing session leases failed: their requests get 503 until a renewal succeeds",
+			"failures", f.n, "err", f.err)
+		f.n, f.err, f.logged, f.failing = 0, nil, time.Now(), true
+	case f.n == 0 && f.failing:
+		log.Info("session lease renewals succeed again")
+		f.failing = false
+	}
+	if !f.failing {
+		f.n, f.err = 0, nil
 	}
 }
 

@@ -30,6 +30,7 @@ type metrics struct {
 	restored        prometheus.Counter
 	forwarded       prometheus.Counter
 	dropped         prometheus.Counter
+	renewFailures   prometheus.Counter
 	requestDuration *prometheus.HistogramVec // kind, method
 	upstreamErrors  *prometheus.CounterVec   // cause
 	storeAppend     prometheus.Histogram
@@ -66,7 +67,9 @@ func newMetrics(h *Handler) *metrics {
 		forwarded: counter("mcprelay_requests_forwarded_total",
 			"Requests forwarded to the replica that owns their session."),
 		dropped: counter("mcprelay_sessions_dropped_total",
-			"Sessions this replica stopped serving because another replica took them over (fenced)."),
+			"Sessions this replica stopped serving because another replica took them over (fenced), or because their lease could not be renewed for LeasePatience."),
+		renewFailures: counter("mcprelay_lease_renewal_failures_total",
+			"Lease renewals that failed for a reason other than another replica holding the lease (the store out of reach or too slow); while a session's renewals fail, its requests get 503."),
 		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "mcprelay_request_duration_seconds",
 			Help:    "Time from a request's arrival to the end of its response (for an SSE answer, the stream's end), by kind (post, resume, delete) and JSON-RPC method.",
@@ -87,7 +90,7 @@ func newMetrics(h *Handler) *metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewBuildInfoCollector(),
 		m.resumeDecisions, m.plainGETs, m.rejected, m.recreations, m.requestsLost, m.restored,
-		m.forwarded, m.dropped, m.requestDuration, m.upstreamErrors, m.storeAppend,
+		m.forwarded, m.dropped, m.renewFailures, m.requestDuration, m.upstreamErrors, m.storeAppend,
 		stateCollector{h},
 	)
 	for _, reason := range rejectReasons {

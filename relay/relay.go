@@ -111,6 +111,17 @@ type Options struct {
 	// means 2s. Used with Cluster.
 	LeaseTTL time.Duration
 
+	// LeasePatience is how long a replica keeps a session whose lease it
+	// cannot renew (the store out of reach, not another replica holding
+	// it): its backend side and calls in flight carry on, and its requests
+	// get 503, so that a short outage of the store costs nothing. Past it
+	// the replica lets the session go as if it had been taken over: its
+	// backend side stops (a replica cut off from the store must not keep
+	// running tools for sessions another replica may have re-created),
+	// and the next request restores it once the store is back. Zero means
+	// 15 × LeaseTTL.
+	LeasePatience time.Duration
+
 	// Identity returns the principal a session is bound to: a request whose
 	// identity differs from the one that created the session gets 404 for
 	// it. Nil means a hash of the Authorization header ("" when there is
@@ -155,6 +166,11 @@ type Handler struct {
 	log        *slog.Logger
 	ctx        context.Context // cancelled by Close: ends pumps
 	cancel     context.CancelFunc
+
+	// With a Cluster: see Options.LeasePatience; failed renewals since the
+	// lease keeper's last report.
+	leasePatience time.Duration
+	renewFails    renewFailures
 	// callCtx are children of ctx that calls' contexts derive from, taken
 	// in turn (callSeq), so that concurrent calls do not all register
 	// with, and lock, one parent context.
@@ -264,6 +280,13 @@ func New(opts Options) (*Handler, error) {
 		}
 		if h.leaseTTL <= 2*leaseMargin {
 			return nil, fmt.Errorf("relay: LeaseTTL %v is too short (at least %v)", h.leaseTTL, 2*leaseMargin)
+		}
+		h.leasePatience = opts.LeasePatience
+		if h.leasePatience <= 0 {
+			h.leasePatience = 15 * h.leaseTTL
+		}
+		if h.leasePatience < h.leaseTTL {
+			return nil, fmt.Errorf("relay: LeasePatience %v is shorter than LeaseTTL %v", h.leasePatience, h.leaseTTL)
 		}
 		if opts.Secret == nil {
 			return nil, errors.New("relay: a Cluster needs the Secret all replicas share")

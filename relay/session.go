@@ -50,6 +50,9 @@ type session struct {
 	lease      Lease
 	leaseUntil atomic.Int64
 	owner      string
+	// failingSince is when the renewals of the lease began to fail (unix
+	// nanos of the first failed one in a row), zero while they succeed.
+	failingSince atomic.Int64
 }
 
 func (s *session) touch() { s.lastSeen.Store(time.Now().UnixNano()) }

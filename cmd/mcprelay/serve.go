@@ -50,6 +50,7 @@ type serveFlags struct {
 	advertise     *string
 	secretFile    *string
 	leaseTTL      *time.Duration
+	leasePatience *time.Duration
 	maxChildren   *int
 	envFile       *string
 	cwd           *string
@@ -87,6 +88,7 @@ func newServeFlags() (*flag.FlagSet, *serveFlags) {
 		advertise:     fs.String("advertise", "", "with --store redis://: the URL at which other replicas reach this one's MCP endpoint (default: http://ADDR/mcp from the listener)"),
 		secretFile:    fs.String("secret-file", "", "with --store redis://: read the relay secret (at least 32 bytes, mode 0600) from this file instead of sharing one through Redis"),
 		leaseTTL:      fs.Duration("lease-ttl", 2*time.Second, "with --store redis://: how long a session's owner lease lasts unrenewed (the longest a session waits for a new owner after a replica dies)"),
+		leasePatience: fs.Duration("lease-patience", 0, "with --store redis://: how long a replica that cannot reach Redis keeps its sessions' backend sides before letting them go (0: 15 × --lease-ttl)"),
 		maxChildren:   fs.Int("max-children", 0, "with -- COMMAND: the most stdio children at once (one per session); beyond it new sessions get 503 (0: 64)"),
 		envFile:       fs.String("env-file", "", "with -- COMMAND: K=V lines added to the children's environment"),
 		cwd:           fs.String("cwd", "", "with -- COMMAND: the children's working directory"),
@@ -204,6 +206,7 @@ func serve(args []string) error {
 	h, err := relay.New(relay.Options{
 		Cluster:              cluster,
 		LeaseTTL:             *f.leaseTTL,
+		LeasePatience:        *f.leasePatience,
 		Backend:              conn,
 		Store:                store,
 		Secret:               secret,

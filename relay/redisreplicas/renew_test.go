@@ -1,12 +1,16 @@
 package redisreplicas_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -103,6 +107,11 @@ func replica(t *testing.T, rds *redistest.Server, wrap func(relay.Cluster) relay
 // replicaOn is replica with the store's key prefix: replicas of one relay
 // share it.
 func replicaOn(t *testing.T, rds *redistest.Server, prefix string, wrap func(relay.Cluster) relay.Cluster) (*relay.Handler, *httptest.Server) {
+	return replicaWith(t, rds, prefix, wrap, nil)
+}
+
+// replicaWith is replicaOn with options set changes, if not nil.
+func replicaWith(t *testing.T, rds *redistest.Server, prefix string, wrap func(relay.Cluster) relay.Cluster, set func(*relay.Options)) (*relay.Handler, *httptest.Server) {
 	st, err := redisstore.Open(t.Context(), redisstore.Options{URL: rds.URL(), Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
@@ -114,10 +123,14 @@ func replicaOn(t *testing.T, rds *redistest.Server, prefix string, wrap func(rel
 	}
 	srv := httptest.NewUnstartedServer(nil)
 	self := "http://" + srv.Listener.Addr().String() + "/mcp"
-	h, err := relay.New(relay.Options{
+	opts := relay.Options{
 		Backend: backend.SDK(exampleserver.New(nil), nil), Store: st, Secret: secret, LeaseTTL: time.Second,
 		Cluster: wrap(redisreplicas.New(st, self)),
-	})
+	}
+	if set != nil {
+		set(&opts)
+	}
+	h, err := relay.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,4 +268,115 @@ func TestStalledReplicaKeepsItsSessions(t *testing.T) {
 			t.Errorf("session %s after the stall: %s", sid, resp.Status)
 		}
 	}
+}
+
+// unreachable is a cluster whose renewals fail at once while cut is set:
+// a replica cut off from Redis (connection refused), another replica
+// perhaps taking its sessions over meanwhile.
+type unreachable struct {
+	relay.Cluster
+	cut *atomic.Bool
+}
+
+var errUnreachable = errors.New("dial tcp: connection refused")
+
+func (c unreachable) Renew(ctx context.Context, session string, l relay.Lease, ttl time.Duration) error {
+	if c.cut.Load() {
+		return errUnreachable
+	}
+	return c.Cluster.Renew(ctx, session, l, ttl)
+}
+
+// TestReplicaLetsGoAfterPatience: a replica that cannot renew a session's
+// lease for LeasePatience (Redis out of reach, not another replica holding
+// the lease) lets the session go: its call in flight stops there, and its
+// client's stream ends, so that a replica cut off from the store does not
+// go on running tools for a session another replica may have re-created.
+// Until then it keeps the session (a short outage costs nothing). Once the
+// store is back, the next request restores the session on a new
+// generation. Regression: the replica kept such a session, its backend
+// side and its calls running for as long as the store was out of reach.
+func TestReplicaLetsGoAfterPatience(t *testing.T) {
+	var cut atomic.Bool
+	const patience = 3 * time.Second
+	var logs syncBuffer
+	h, srv := replicaWith(t, redistest.Start(t), fmt.Sprintf("patience%d", time.Now().UnixNano()),
+		func(c relay.Cluster) relay.Cluster { return unreachable{c, &cut} },
+		func(o *relay.Options) {
+			o.LeasePatience = patience
+			o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		})
+	sid := initialize(t, srv.URL)
+	for range 4 { // idle ones: their renewals fail too
+		initialize(t, srv.URL)
+	}
+	// A call that outlasts the patience: 100 notifications 100 ms apart.
+	call := postMCP(t, srv.URL, sid, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"stream_progress","arguments":{"count":100,"interval_ms":100},"_meta":{"progressToken":"p"}}}`)
+	defer call.Body.Close()
+	if call.StatusCode != 200 {
+		t.Fatalf("tools/call: %s", call.Status)
+	}
+	ended := make(chan time.Time, 1)
+	go func() {
+		io.Copy(io.Discard, call.Body)
+		ended <- time.Now()
+	}()
+
+	cut.Store(true)
+	cutAt := time.Now()
+	time.Sleep(patience / 2)
+	if n := h.Counts()["dropped"]; n != 0 {
+		t.Errorf("the session was let go %v into a %v patience", time.Since(cutAt).Round(time.Millisecond), patience)
+	}
+	select {
+	case at := <-ended:
+		t.Fatalf("the call's stream ended %v into a %v patience", at.Sub(cutAt).Round(time.Millisecond), patience)
+	default:
+	}
+	select {
+	case at := <-ended:
+		if took := at.Sub(cutAt); took < patience {
+			t.Errorf("the call's stream ended %v into a %v patience", took.Round(time.Millisecond), patience)
+		}
+	case <-time.After(patience/2 + 2*time.Second): // the rest of the patience, and a keeper round or two
+		t.Fatalf("the call's stream still runs %v after renewals began to fail (patience %v); dropped: %d",
+			time.Since(cutAt).Round(time.Millisecond), patience, h.Counts()["dropped"])
+	}
+	if n := h.Counts()["dropped"]; n != 5 {
+		t.Errorf("sessions let go: %d, want 5", n)
+	}
+	// The outage is one warning, not one per session and round (5
+	// sessions, 4 rounds or more).
+	if n := strings.Count(logs.String(), "renewing session leases failed"); n != 1 {
+		t.Errorf("%d warnings about failing renewals, want 1:\n%s", n, logs.String())
+	}
+
+	cut.Store(false)
+	resp := postMCP(t, srv.URL, sid, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"stream_progress","arguments":{"count":1,"interval_ms":0},"_meta":{"progressToken":"q"}}}`)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"result"`) {
+		t.Errorf("the session once the store is back: %s %s", resp.Status, body)
+	}
+	if n := h.Counts()["restore"]; n != 1 {
+		t.Errorf("sessions restored: %d, want 1", n)
+	}
+}
+
+// syncBuffer is a bytes.Buffer for a logger written from many goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
