@@ -145,7 +145,11 @@ func (h *Handler) follow(r *http.Request, c *sseConn, s *session, st *stream, a 
 		wake, stop = h.cluster.Watch(key)
 		defer stop()
 	}
+	var quiet watchQuiet
 	for {
+		if wake != nil {
+			quiet = h.watchQuiet()
+		}
 		// The batch buffer is held only while events are written, not
 		// while the connection waits: an idle stream costs no batch.
 		bp := eventBufs.Get().(*[]eventlog.Event)
@@ -234,15 +238,25 @@ func (h *Handler) follow(r *http.Request, c *sseConn, s *session, st *stream, a 
 			if wake == nil {
 				return nil, true // not live here: nothing more will come
 			}
-			goOn, ok, idle := h.waitRemote(ctx, c, p, cursor, wake, pollC)
-			if !goOn {
-				return nil, ok
-			}
-			if idle && h.ownerMayBeGone(ctx, s.id) {
-				// Nothing for a while and nobody holds the lease: the
-				// owner died, and this replica takes the session over
-				// (which seals what the dead owner left unfinished).
-				h.lookup(r, s.id)
+			for {
+				goOn, ok, idle := h.waitRemote(ctx, c, p, cursor, wake, pollC)
+				if !goOn {
+					return nil, ok
+				}
+				if !idle {
+					break // woken: read what was appended
+				}
+				if h.ownerMayBeGone(ctx, s.id) {
+					// Nothing for a while and nobody holds the lease:
+					// the owner died, and this replica takes the
+					// session over (which seals what the dead owner
+					// left unfinished).
+					h.lookup(r, s.id)
+					break
+				}
+				if !quiet.still() {
+					break // the watch may have missed an append: re-read
+				}
 			}
 			continue
 		}

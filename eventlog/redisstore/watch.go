@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -32,6 +33,17 @@ func (s *Store) Watch(key string) (wake <-chan struct{}, stop func()) {
 	return s.hub.watch(s.channel(key))
 }
 
+// WatchEpoch tells a watcher whether it may have missed a notification:
+// while it returns the same epoch with up true, the pub/sub connection has
+// stayed up and every subscription on it has succeeded, so every append to
+// a stream watched all along was announced. A reader idle that long need
+// not re-read the log to find one. Any other answer (the connection lost,
+// reconnected, or a subscription that failed) means it may have missed
+// some, and should re-read.
+func (s *Store) WatchEpoch() (epoch uint64, up bool) {
+	return s.hub.epoch.Load(), s.hub.up.Load()
+}
+
 // hubTimeout bounds one SUBSCRIBE or UNSUBSCRIBE.
 const hubTimeout = 5 * time.Second
 
@@ -50,6 +62,12 @@ type hub struct {
 	mu     sync.Mutex // guards subs and closed; taken by the connection's hooks
 	subs   map[string]map[*watcher]struct{}
 	closed bool
+
+	// epoch grows when the connection comes up and when it is lost; up
+	// is set while it is up and no (un)subscription on it has failed
+	// (WatchEpoch).
+	epoch atomic.Uint64
+	up    atomic.Bool
 }
 
 type watcher struct{ ch chan struct{} }
@@ -108,6 +126,9 @@ func (h *hub) command(cmd rueidis.Completed) {
 	ctx, cancel := context.WithTimeout(context.Background(), hubTimeout)
 	defer cancel()
 	if err := h.dc.Do(ctx, cmd).Error(); err != nil {
+		// A channel may not be subscribed: until the next connection,
+		// watchers re-read the log on their own.
+		h.up.Store(false)
 		h.log.Warn("redisstore: watch subscription failed", "command", cmd.Commands()[0], "err", err)
 	}
 }
@@ -152,6 +173,8 @@ func (h *hub) run() {
 		if err == nil {
 			h.dc = dc
 			backoff = 50 * time.Millisecond
+			h.epoch.Add(1)
+			h.up.Store(true)
 		}
 		h.subMu.Unlock()
 		if err == nil {
@@ -161,6 +184,8 @@ func (h *hub) run() {
 			}
 		}
 		h.subMu.Lock()
+		h.up.Store(false)
+		h.epoch.Add(1)
 		h.dc = nil
 		h.subMu.Unlock()
 		cancel()

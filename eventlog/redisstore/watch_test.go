@@ -23,6 +23,23 @@ func awaitWake(t *testing.T, wake <-chan struct{}, d time.Duration, what string)
 	}
 }
 
+// awaitUp waits until st's watch is up (its subscriptions are acknowledged
+// just after their wake) and returns its epoch.
+func awaitUp(t *testing.T, st *redisstore.Store, what string) uint64 {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		e, up := st.WatchEpoch()
+		if up {
+			return e
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("WatchEpoch %s: not up after 5 s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // admin is a plain client for inspecting the server.
 func admin(t *testing.T, srv *redistest.Server) rueidis.Client {
 	t.Helper()
@@ -116,16 +133,32 @@ func TestWatchSharesOneConnection(t *testing.T) {
 
 // TestWatchResubscribesAfterRestart: after Redis restarts, watchers are
 // woken once resubscribed (they may have missed appends) and then by new
-// appends.
+// appends. WatchEpoch says the watch was up and steady before the restart,
+// and is up again in another epoch after it, so an idle reader that
+// compares epochs re-reads the log.
 func TestWatchResubscribesAfterRestart(t *testing.T) {
 	srv := redistest.StartWith(t, redistest.Options{AppendOnly: true, AppendFsync: "always"})
 	a, b := pair(t, srv)
 	mustCreate(t, b, "s1", "k")
+	if _, up := a.WatchEpoch(); up {
+		t.Errorf("WatchEpoch: up before any watch")
+	}
 	wake, stop := a.Watch("k")
 	defer stop()
 	awaitWake(t, wake, 5*time.Second, "subscription")
+	before := awaitUp(t, a, "after the subscription")
+	if _, err := b.Append(t.Context(), "k", false, eventlog.Event{Data: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	awaitWake(t, wake, 5*time.Second, "append before the restart")
+	if e, up := a.WatchEpoch(); e != before || !up {
+		t.Errorf("WatchEpoch changed without a break: %d %v, then %d %v", before, true, e, up)
+	}
 	srv.Restart(t)
 	awaitWake(t, wake, 10*time.Second, "resubscription after the restart")
+	if e := awaitUp(t, a, "after the restart"); e == before {
+		t.Errorf("WatchEpoch after the restart and resubscription: %d, as before it", e)
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		_, err := b.Append(t.Context(), "k", false, eventlog.Event{Data: []byte("x")})

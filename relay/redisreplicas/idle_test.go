@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcprelay/mcprelay/eventlog"
 	"github.com/mcprelay/mcprelay/eventlog/redisstore"
 	"github.com/mcprelay/mcprelay/eventlog/redisstore/redistest"
 	"github.com/mcprelay/mcprelay/relay"
+	"github.com/mcprelay/mcprelay/sse"
 )
 
 // holder is the optional Cluster method an idle reader asks.
@@ -96,5 +98,84 @@ func TestIdleReaderOnOtherReplica(t *testing.T) {
 			t.Fatalf("5 s after its owner went away, the session's lease is %+v (%v), want B's", h, err)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// readCounting is a store that counts its reads of event logs.
+type readCounting struct {
+	eventlog.Store
+	reads atomic.Int64
+}
+
+func (s *readCounting) Read(ctx context.Context, key string, after uint64, max int, buf []eventlog.Event) (eventlog.Stream, []eventlog.Event, error) {
+	s.reads.Add(1)
+	return s.Store.Read(ctx, key, after, max, buf)
+}
+
+// TestIdleRemoteReaderWaitsForNews: a call on replica A, followed from
+// replica B (the client resumed there), sends its events 3.5 s apart. B
+// reads the log when A's appends are announced, not every second besides:
+// while the watch has stayed up, nothing can have been appended
+// unannounced. Each event still reaches the client as soon as it is
+// appended. Regression: B re-read an idle stream's log every second, most
+// of what Redis did with 10,000 idle streams (mcpbench relay-redis3).
+func TestIdleRemoteReaderWaitsForNews(t *testing.T) {
+	rds := redistest.Start(t)
+	prefix := fmt.Sprintf("news%d", time.Now().UnixNano())
+	_, srvA := replicaOn(t, rds, prefix, func(c relay.Cluster) relay.Cluster { return c })
+	var counted *readCounting
+	_, srvB := replicaWith(t, rds, prefix, func(c relay.Cluster) relay.Cluster { return c }, func(o *relay.Options) {
+		counted = &readCounting{Store: o.Store}
+		o.Store = counted
+	})
+	sid := initialize(t, srvA.URL)
+	const events, gap = 3, 3500 * time.Millisecond
+	call := postMCP(t, srvA.URL, sid, fmt.Sprintf(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"stream_progress","arguments":{"count":%d,"interval_ms":%d},"_meta":{"progressToken":"p"}}}`, events, gap.Milliseconds()))
+	sc := sse.NewScanner(call.Body)
+	first, err := sc.Next()
+	call.Body.Close()
+	if err != nil || first.ID == "" {
+		t.Fatalf("the call's first event: %+v %v", first, err)
+	}
+
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", srvB.URL, nil)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Mcp-Session-Id", sid)
+	req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+	req.Header.Set("Last-Event-ID", first.ID)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("resume on B: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	sc = sse.NewScanner(resp.Body)
+	var at []time.Time // when each progress event arrived
+	var reads []int64  // B's reads of the log by then
+	for {
+		ev, err := sc.Next()
+		if err != nil {
+			t.Fatalf("the resumed stream ended after %d progress events: %v", len(at), err)
+		}
+		if strings.Contains(string(ev.Data), `"result"`) {
+			break
+		}
+		if strings.Contains(string(ev.Data), "notifications/progress") {
+			at = append(at, time.Now())
+			reads = append(reads, counted.reads.Load())
+		}
+	}
+	if len(at) < 2 {
+		t.Fatalf("%d progress events on B, want at least 2", len(at))
+	}
+	for i := 1; i < len(at); i++ {
+		// The events are gap apart on A: so they must be on B.
+		if d := at[i].Sub(at[i-1]); d > gap+500*time.Millisecond {
+			t.Errorf("progress events %d and %d reached B's client %v apart, sent %v apart", i, i+1, d.Round(time.Millisecond), gap)
+		}
+		// Between them: the read of the announced append (perhaps one
+		// more, for a wake that came during a read), not one a second.
+		if n := reads[i] - reads[i-1]; n > 2 {
+			t.Errorf("B read the log %d times in the %v between two events", n, at[i].Sub(at[i-1]).Round(time.Millisecond))
+		}
 	}
 }

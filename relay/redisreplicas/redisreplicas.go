@@ -107,3 +107,8 @@ func (c *cluster) Release(ctx context.Context, session string, l relay.Lease) er
 func (c *cluster) Watch(key string) (<-chan struct{}, func()) {
 	return c.st.Watch(key)
 }
+
+// WatchEpoch tells an idle reader whether the watch may have missed an
+// append (the relay asks it, when a Cluster has it, before re-reading the
+// log of a stream that had no news): see redisstore.Store.WatchEpoch.
+func (c *cluster) WatchEpoch() (uint64, bool) { return c.st.WatchEpoch() }
