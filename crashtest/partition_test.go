@@ -230,19 +230,7 @@ func TestReplicaPartitioned(t *testing.T) {
 		k.handle(c, ev)
 	}
 	mu.Unlock()
-	resp, err = do(ctx, b.url(), http.MethodGet, sessionHeaders(sid, c.cursor), "")
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("resume on the other replica: %v %v", resp, err)
-	}
-	scan(resp, func(ev sse.Event) bool { k.handle(c, ev); return true })
-	resp.Body.Close()
-	if c.outcome != "lost" || !c.lostReset {
-		t.Fatalf("after the takeover the call ended %q (backend_lost reset %v), want lost", c.outcome, c.lostReset)
-	}
-	sealed, evs, err := readLog(ctx, st, c.key)
-	if err != nil || !sealed.Terminal {
-		t.Fatalf("the call's stream after the seal: %+v %v", sealed, err)
-	}
+	sealed := takeOver(ctx, t, b, st, k, sid, c)
 
 	// Heal, and give the first replica time to renew, append and fail.
 	cut.heal()
@@ -254,29 +242,10 @@ func TestReplicaPartitioned(t *testing.T) {
 	if logs := a.logText(); !strings.Contains(logs, "no longer served here") {
 		t.Errorf("after the partition healed the cut-off replica did not let the session go; its log:\n%s", logs)
 	}
-	after, evs2, err := readLog(ctx, st, c.key)
-	if err != nil || after.LastSeq != sealed.LastSeq || len(evs2) != len(evs) {
-		t.Errorf("the cut-off replica wrote to the sealed stream: before %+v (%d events), after %+v (%d events), %v", sealed, len(evs), after, len(evs2), err)
-	}
+	sealed.unchanged(ctx, t, st, "the cut-off replica")
 
 	// Its next request for the session is the new owner's.
-	sess, err := st.Session(ctx, sid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c2 := &call{name: "after-heal", count: 3}
-	resp, err = do(ctx, a.url(), http.MethodPost, sessionHeaders(sid, ""), callBody(c2.name, c2.name, c2.count, 0))
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("POST to the healed replica: %v %v", resp, err)
-	}
-	scan(resp, func(ev sse.Event) bool { k.handle(c2, ev); return true })
-	resp.Body.Close()
-	if c2.outcome != "result" || c2.gen != sess.Incarnation || sess.Incarnation < 2 {
-		t.Errorf("POST to the healed replica ended %q in generation %d, want a result in the new owner's generation %d", c2.outcome, c2.gen, sess.Incarnation)
-	}
-	if h, _, err := st.Holder(ctx, sid); err != nil || !strings.HasPrefix(h.Owner, b.url()+"#") {
-		t.Errorf("lease holder %+v (%v), want %s", h, err, b.url())
-	}
+	c2 := forwardedTo(ctx, t, a, b, st, k, sid, "after-heal")
 	audit(ctx, st, sid, []*call{c, c2}, v, false)
 	v.report(t)
 }

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcprelay/mcprelay/eventlog"
 	"github.com/mcprelay/mcprelay/eventlog/redisstore"
 	"github.com/mcprelay/mcprelay/eventlog/redisstore/redistest"
 	"github.com/mcprelay/mcprelay/internal/mcptest"
@@ -582,32 +583,13 @@ func TestReplicasZombie(t *testing.T) {
 
 	// The client resumes on the other replica: it takes the session over
 	// and seals the call the paused owner was running.
-	resp, err := do(ctx, b.url(), http.MethodGet, sessionHeaders(sid, c.cursor), "")
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("resume on the other replica: %v %v", resp, err)
-	}
-	scan(resp, func(ev sse.Event) bool { k.handle(c, ev); return true })
-	resp.Body.Close()
-	if c.outcome != "lost" || !c.lostReset {
-		t.Fatalf("after the takeover the call ended %q (backend_lost reset %v), want lost", c.outcome, c.lostReset)
-	}
-	sealed, evs, err := readLog(ctx, st, c.key)
-	if err != nil || !sealed.Terminal {
-		t.Fatalf("the call's stream after the seal: %+v %v", sealed, err)
-	}
+	sealed := takeOver(ctx, t, b, st, k, sid, c)
 
 	// Wake the zombie and give it time to try.
 	a.cmd.Process.Signal(syscall.SIGCONT)
 	paused = false
 	time.Sleep(time.Second)
-	after, evs2, err := readLog(ctx, st, c.key)
-	if err != nil || after.LastSeq != sealed.LastSeq || len(evs2) != len(evs) {
-		t.Errorf("the zombie wrote to the sealed stream: before %+v (%d events), after %+v (%d events), %v", sealed, len(evs), after, len(evs2), err)
-	}
-	sess, err := st.Session(ctx, sid)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sealed.unchanged(ctx, t, st, "the zombie")
 	streams, _ := st.Streams(ctx, sid)
 	for _, s := range streams {
 		if s.Generation == 1 && !s.Terminal {
@@ -618,24 +600,75 @@ func TestReplicasZombie(t *testing.T) {
 	}
 
 	// The zombie's next request for the session is the new owner's.
-	c2 := &call{name: "after-wake", count: 3}
-	resp, err = do(ctx, a.url(), http.MethodPost, sessionHeaders(sid, ""), callBody(c2.name, c2.name, c2.count, 0))
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("POST to the woken zombie: %v %v", resp, err)
-	}
-	scan(resp, func(ev sse.Event) bool { k.handle(c2, ev); return true })
-	resp.Body.Close()
-	if c2.outcome != "result" || c2.gen != sess.Incarnation {
-		t.Errorf("POST to the woken zombie ended %q in generation %d, want a result in the new owner's generation %d", c2.outcome, c2.gen, sess.Incarnation)
-	}
-	if h, _, err := st.Holder(ctx, sid); err != nil || !strings.HasPrefix(h.Owner, b.url()+"#") {
-		t.Errorf("lease holder %+v (%v), want %s", h, err, b.url())
-	}
+	forwardedTo(ctx, t, a, b, st, k, sid, "after-wake")
 	v.report(t)
 	logs := a.logText()
 	if !strings.Contains(logs, "no longer served here") {
 		t.Errorf("the zombie did not say it stopped serving the session; its log:\n%s", logs)
 	}
+}
+
+// takeOver resumes call c of session sid on replica b, after its owner
+// stopped answering for it: b takes the session over and seals the call
+// (backend_lost reset, -32001). It returns the sealed stream's state.
+func takeOver(ctx context.Context, t *testing.T, b *relayProc, st *redisstore.Store, k *checker, sid string, c *call) sealedStream {
+	t.Helper()
+	resp, err := do(ctx, b.url(), http.MethodGet, sessionHeaders(sid, c.cursor), "")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("resume on the other replica: %v %v", resp, err)
+	}
+	scan(resp, func(ev sse.Event) bool { k.handle(c, ev); return true })
+	resp.Body.Close()
+	if c.outcome != "lost" || !c.lostReset {
+		t.Fatalf("after the takeover the call ended %q (backend_lost reset %v), want lost", c.outcome, c.lostReset)
+	}
+	rec, evs, err := readLog(ctx, st, c.key)
+	if err != nil || !rec.Terminal {
+		t.Fatalf("the call's stream after the seal: %+v %v", rec, err)
+	}
+	return sealedStream{key: c.key, rec: rec, n: len(evs)}
+}
+
+// sealedStream is a sealed stream's record and event count.
+type sealedStream struct {
+	key string
+	rec eventlog.Stream
+	n   int
+}
+
+// unchanged fails t if anybody (who: the replica that lost the session)
+// wrote to the sealed stream since.
+func (s sealedStream) unchanged(ctx context.Context, t *testing.T, st *redisstore.Store, who string) {
+	t.Helper()
+	after, evs, err := readLog(ctx, st, s.key)
+	if err != nil || after.LastSeq != s.rec.LastSeq || len(evs) != s.n {
+		t.Errorf("%s wrote to the sealed stream: before %+v (%d events), after %+v (%d events), %v", who, s.rec, s.n, after, len(evs), err)
+	}
+}
+
+// forwardedTo sends a call named name for session sid to replica old,
+// which lost the session to newOwner: it must be forwarded there and end
+// with its result in newOwner's generation. It returns the call.
+func forwardedTo(ctx context.Context, t *testing.T, old, newOwner *relayProc, st *redisstore.Store, k *checker, sid, name string) *call {
+	t.Helper()
+	sess, err := st.Session(ctx, sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &call{name: name, count: 3}
+	resp, err := do(ctx, old.url(), http.MethodPost, sessionHeaders(sid, ""), callBody(c.name, c.name, c.count, 0))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST to the replica that lost the session: %v %v", resp, err)
+	}
+	scan(resp, func(ev sse.Event) bool { k.handle(c, ev); return true })
+	resp.Body.Close()
+	if c.outcome != "result" || c.gen != sess.Incarnation || sess.Incarnation < 2 {
+		t.Errorf("POST to the replica that lost the session ended %q in generation %d, want a result in the new owner's generation %d", c.outcome, c.gen, sess.Incarnation)
+	}
+	if h, _, err := st.Holder(ctx, sid); err != nil || !strings.HasPrefix(h.Owner, newOwner.url()+"#") {
+		t.Errorf("lease holder %+v (%v), want %s", h, err, newOwner.url())
+	}
+	return c
 }
 
 // TestReplicaPausedAlone pauses (SIGSTOP) the only replica in the middle
