@@ -341,6 +341,10 @@ func (s *server) stop() {
 // children (stdio servers), for the mem workload.
 func (s *server) treeMem() (load.TreeMem, error) { return load.ReadTreeMem(s.cmd.Process.Pid) }
 
+// minCPU is the least CPU time a run must use for its CPU per event to
+// be reported: the kernel counts a process's CPU in 10 ms ticks.
+const minCPU = 100 * time.Millisecond
+
 // treeCPU reads the CPU time the server process and its children used.
 func (s *server) treeCPU() (time.Duration, error) { return load.ReadTreeCPU(s.cmd.Process.Pid) }
 
@@ -421,13 +425,12 @@ func runTarget(exe string, cfg config, run int, name string, res *results) {
 			}
 			m := map[string]float64{
 				w + "_events_per_s": r.PerSec, w + "_lost": float64(r.Lost), w + "_resets": float64(r.Resets), w + "_errors": float64(r.Errors)}
-			if cerr == nil && cerr1 == nil && r.Received > 0 {
-				// CPU per event received: steadier than events/s on
-				// two shared cores, where the server and the client
-				// take turns.
+			// CPU per event received, when the run used enough to
+			// measure: /proc counts in 10 ms ticks, so 100 ms is ±10%.
+			if cerr == nil && cerr1 == nil && r.Received > 0 && cpu1-cpu0 >= minCPU {
 				m[w+"_cpu_ns"] = float64((cpu1-cpu0)/time.Nanosecond) / float64(r.Received)
 			}
-			if serr == nil && serr1 == nil && r.Received > 0 {
+			if serr == nil && serr1 == nil && r.Received > 0 && self1-self0 >= minCPU {
 				m[w+"_client_cpu_ns"] = float64((self1-self0)/time.Nanosecond) / float64(r.Received)
 			}
 			res.add(name, w, m)
