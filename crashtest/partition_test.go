@@ -178,12 +178,13 @@ func TestReplicaPartitioned(t *testing.T) {
 		}
 	}()
 
-	// A call and a resume right after the cut, at once, while the replica
-	// still holds the lease: the log can neither record the call's stream
-	// nor be read, so each is a 503 within the lease, and the call is not
-	// sent to the backend. Regression: the call went to the backend first,
-	// and both 503s (which invite the client to send again) came after
-	// 11.9 s, the Redis client's own timeout.
+	// A call, a resume and a DELETE right after the cut, at once, while
+	// the replica still holds the lease: the log can neither record the
+	// call's stream, nor be read, nor delete the session, so each is a 503
+	// within the lease, and the call is not sent to the backend.
+	// Regression: the call went to the backend first, and all three 503s
+	// (which invite the client to send again) came after 11.9 s, the Redis
+	// client's own timeout.
 	answers := make(chan string, 2)
 	within := func(what, method, cursor, body string) {
 		resp, err := do(ctx, a.url(), method, sessionHeaders(sid, cursor), body)
@@ -202,7 +203,8 @@ func TestReplicaPartitioned(t *testing.T) {
 	}
 	go within("call", http.MethodPost, "", callBody("early", "early", 1, 0))
 	go within("resume", http.MethodGet, c.cursor, "")
-	for range 2 {
+	go within("delete", http.MethodDelete, "", "")
+	for range 3 {
 		if msg := <-answers; msg != "" {
 			t.Error(msg)
 		}

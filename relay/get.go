@@ -165,7 +165,10 @@ func (h *Handler) serveDELETE(w http.ResponseWriter, r *http.Request) {
 	}
 	// The store first: a session the store cannot delete lives on (it
 	// would come back after a restart), and the client must hear so.
-	if err := h.store.DeleteSession(r.Context(), s.id); err != nil && !errors.Is(err, eventlog.ErrNotFound) {
+	ctx, cancel := h.storeContext(r.Context(), s)
+	err = h.store.DeleteSession(ctx, s.id)
+	cancel()
+	if err != nil && !errors.Is(err, eventlog.ErrNotFound) {
 		h.log.Error("deleting a session from the store", logSession, s.id, "err", err)
 		writeUnavailable(w)
 		return
