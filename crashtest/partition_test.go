@@ -181,10 +181,11 @@ func TestReplicaPartitioned(t *testing.T) {
 	// A call, a resume and a DELETE right after the cut, at once, while
 	// the replica still holds the lease: the log can neither record the
 	// call's stream, nor be read, nor delete the session, so each is a 503
-	// within the lease, and the call is not sent to the backend.
-	// Regression: the call went to the backend first, and all three 503s
-	// (which invite the client to send again) came after 11.9 s, the Redis
-	// client's own timeout.
+	// within the lease, and the call is not sent to the backend. A new
+	// session there is a 503 within a lease TTL too. Regression: the call
+	// went to the backend first, and all four 503s (which invite the
+	// client to send again) came after about 11.9 s, the Redis client's
+	// own timeout.
 	answers := make(chan string, 2)
 	within := func(what, method, cursor, body string) {
 		resp, err := do(ctx, a.url(), method, sessionHeaders(sid, cursor), body)
@@ -204,7 +205,22 @@ func TestReplicaPartitioned(t *testing.T) {
 	go within("call", http.MethodPost, "", callBody("early", "early", 1, 0))
 	go within("resume", http.MethodGet, c.cursor, "")
 	go within("delete", http.MethodDelete, "", "")
-	for range 3 {
+	go func() { // and a new session
+		resp, err := do(ctx, a.url(), http.MethodPost, nil, fmt.Sprintf(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":%q,"capabilities":{},"clientInfo":{"name":"crashtest","version":"1"}}}`, protocolVersion))
+		took := time.Since(cutAt)
+		if err == nil {
+			resp.Body.Close()
+		}
+		switch {
+		case err != nil:
+			answers <- fmt.Sprintf("initialize right after the cut: %v", err)
+		case resp.StatusCode != http.StatusServiceUnavailable || took > replicaLease+500*time.Millisecond:
+			answers <- fmt.Sprintf("initialize right after the cut: %s after %v, want 503 about a lease TTL (%v) after", resp.Status, took.Round(time.Millisecond), replicaLease)
+		default:
+			answers <- ""
+		}
+	}()
+	for range 4 {
 		if msg := <-answers; msg != "" {
 			t.Error(msg)
 		}

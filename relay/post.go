@@ -214,7 +214,7 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, body []byte
 	}
 	if err := h.createSession(r, s, m.Params); err != nil {
 		bs.Close()
-		if errors.Is(err, eventlog.ErrUnavailable) {
+		if errors.Is(err, eventlog.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
 			h.log.Error("creating a session: the event log takes no writes", "err", err)
 			writeUnavailable(w)
 			return
@@ -242,16 +242,26 @@ func (h *Handler) createSession(r *http.Request, s *session, params json.RawMess
 		Upstream:         s.backend.Handle(),
 		Created:          time.Now(),
 	}
-	if err := h.store.CreateSession(r.Context(), rec); err != nil {
+	ctx := r.Context()
+	if h.cluster != nil {
+		// No lease bounds it yet: one lease TTL does, as it does a
+		// request's store calls on a replica that does not own the
+		// session (storeContext). A replica cut off from the store
+		// answers 503 then, not after the store client's timeouts.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, h.leaseTTL)
+		defer cancel()
+	}
+	if err := h.store.CreateSession(ctx, rec); err != nil {
 		return err
 	}
 	if h.cluster != nil {
-		if err := h.takeLease(r.Context(), s); err != nil {
+		if err := h.takeLease(ctx, s); err != nil {
 			h.store.DeleteSession(context.WithoutCancel(r.Context()), s.id)
 			return err
 		}
 	}
-	st, err := h.newStream(r.Context(), s, 1, true, nil)
+	st, err := h.newStream(ctx, s, 1, true, nil)
 	if err != nil {
 		h.store.DeleteSession(context.WithoutCancel(r.Context()), s.id)
 		return err
