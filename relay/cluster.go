@@ -128,6 +128,7 @@ func (h *Handler) leaseKeeper() {
 			owned = append(owned, s)
 		}
 		h.mu.RUnlock()
+		renewing := len(owned)
 		// A lease that lapsed here is renewed too, not dropped: the store
 		// renews it only if nobody acquired the session since (see
 		// renewed). Renewals go out together: one after another, a round
@@ -156,7 +157,7 @@ func (h *Handler) leaseKeeper() {
 			}
 		}
 		wg.Wait()
-		h.renewFails.report(h.log)
+		h.renewFails.report(h.log, renewing)
 	}
 }
 
@@ -294,37 +295,42 @@ const renewLogEvery = 10 * time.Second
 // reports, so that a store outage is one warning every renewLogEvery, not
 // one per session every round.
 type renewFailures struct {
-	mu      sync.Mutex
-	n       int   // failures since the last report
-	err     error // the last one's error
-	logged  time.Time
-	failing bool // the last report was a warning
+	mu       sync.Mutex
+	round    int   // failures since the last report
+	unlogged int   // failures since the last warning
+	err      error // the last one's error
+	logged   time.Time
+	failing  bool // warned, and no round has renewed leases without failure since
 }
 
 func (f *renewFailures) note(err error) {
 	f.mu.Lock()
-	f.n++
+	f.round++
+	f.unlogged++
 	f.err = err
 	f.mu.Unlock()
 }
 
-// report logs what failed since the last report: a warning at most every
-// renewLogEvery while renewals fail, and once when they succeed again.
-func (f *renewFailures) report(log *slog.Logger) {
+// report logs what failed since the last report, after a round that
+// renewed renewed leases: a warning at most every renewLogEvery while
+// renewals fail, and once when a round renews some and none fails (not
+// when none were left to renew: the sessions were let go, and the store
+// may still be out of reach).
+func (f *renewFailures) report(log *slog.Logger, renewed int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch {
-	case f.n > 0 && time.Since(f.logged) >= renewLogEvery:
+	case f.round > 0 && time.Since(f.logged) >= renewLogEvery:
 		log.Warn("renewing session leases failed: their requests get 503 until a renewal succeeds",
-			"failures", f.n, "err", f.err)
-		f.n, f.err, f.logged, f.failing = 0, nil, time.Now(), true
-	case f.n == 0 && f.failing:
-		log.Info("session lease renewals succeed again")
-		f.failing = false
+			"failures", f.unlogged, "err", f.err)
+		f.unlogged, f.logged, f.failing = 0, time.Now(), true
+	case f.round == 0 && renewed > 0:
+		if f.failing {
+			log.Info("session lease renewals succeed again")
+		}
+		f.unlogged, f.failing = 0, false
 	}
-	if !f.failing {
-		f.n, f.err = 0, nil
-	}
+	f.round = 0
 }
 
 // renew renews s's lease: for the lease keeper, and for a request that

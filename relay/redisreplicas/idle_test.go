@@ -61,14 +61,7 @@ func TestIdleReaderOnOtherReplica(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", srvB.URL, nil)
-	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set("Mcp-Session-Id", sid)
-	req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := doMCP(t, ctx, "GET", srvB.URL, map[string]string{"Mcp-Session-Id": sid}, "")
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET on the other replica: %s", resp.Status)
@@ -138,14 +131,9 @@ func TestIdleRemoteReaderWaitsForNews(t *testing.T) {
 		t.Fatalf("the call's first event: %+v %v", first, err)
 	}
 
-	req, _ := http.NewRequestWithContext(t.Context(), "GET", srvB.URL, nil)
-	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set("Mcp-Session-Id", sid)
-	req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
-	req.Header.Set("Last-Event-ID", first.ID)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("resume on B: %v %v", resp, err)
+	resp := doMCP(t, t.Context(), "GET", srvB.URL, map[string]string{"Mcp-Session-Id": sid, "Last-Event-ID": first.ID}, "")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("resume on B: %s", resp.Status)
 	}
 	defer resp.Body.Close()
 	sc = sse.NewScanner(resp.Body)

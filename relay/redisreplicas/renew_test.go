@@ -19,6 +19,7 @@ import (
 	"github.com/mcprelay/mcprelay/eventlog/redisstore"
 	"github.com/mcprelay/mcprelay/eventlog/redisstore/redistest"
 	"github.com/mcprelay/mcprelay/exampleserver"
+	"github.com/mcprelay/mcprelay/internal/mcptest"
 	"github.com/mcprelay/mcprelay/relay"
 	"github.com/mcprelay/mcprelay/relay/redisreplicas"
 )
@@ -149,15 +150,19 @@ func postMCP(t *testing.T, url, sid, body string) *http.Response {
 // postAs is postMCP with an Authorization header, if not empty.
 func postAs(t *testing.T, url, sid, authorization, body string) *http.Response {
 	t.Helper()
-	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	if authorization != "" {
-		req.Header.Set("Authorization", authorization)
+	return doMCP(t, t.Context(), "POST", url, map[string]string{"Mcp-Session-Id": sid, "Authorization": authorization}, body)
+}
+
+// doMCP sends a request to an MCP endpoint with the headers in hdr whose
+// value is not "" (and the protocol version, with a session).
+func doMCP(t *testing.T, ctx context.Context, method, url string, hdr map[string]string, body string) *http.Response {
+	t.Helper()
+	if hdr["Mcp-Session-Id"] != "" {
+		hdr["Mcp-Protocol-Version"] = "2025-06-18"
 	}
-	if sid != "" {
-		req.Header.Set("Mcp-Session-Id", sid)
-		req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+	req, err := mcptest.NewRequest(ctx, method, url, hdr, body)
+	if err != nil {
+		t.Fatal(err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -342,13 +347,21 @@ func TestReplicaLetsGoAfterPatience(t *testing.T) {
 		t.Fatalf("the call's stream still runs %v after renewals began to fail (patience %v); dropped: %d",
 			time.Since(cutAt).Round(time.Millisecond), patience, h.Counts()["dropped"])
 	}
+	// The sessions whose renewals began to fail a round later go a
+	// round later; then three rounds with nothing to renew.
+	time.Sleep(time.Second)
 	if n := h.Counts()["dropped"]; n != 5 {
 		t.Errorf("sessions let go: %d, want 5", n)
 	}
 	// The outage is one warning, not one per session and round (5
-	// sessions, 4 rounds or more).
+	// sessions, 4 rounds or more); and with every session let go, no
+	// round says renewals succeed again while the store is still out of
+	// reach.
 	if n := strings.Count(logs.String(), "renewing session leases failed"); n != 1 {
 		t.Errorf("%d warnings about failing renewals, want 1:\n%s", n, logs.String())
+	}
+	if strings.Contains(logs.String(), "succeed again") {
+		t.Errorf("renewals said to succeed again while the store was out of reach:\n%s", logs.String())
 	}
 
 	cut.Store(false)
@@ -360,6 +373,12 @@ func TestReplicaLetsGoAfterPatience(t *testing.T) {
 	}
 	if n := h.Counts()["restore"]; n != 1 {
 		t.Errorf("sessions restored: %d, want 1", n)
+	}
+	// The restored session's lease is renewed by the next round: the
+	// recovery is said then, not at the next warning's time.
+	time.Sleep(time.Second)
+	if !strings.Contains(logs.String(), "succeed again") {
+		t.Errorf("renewals work again, but the log does not say so:\n%s", logs.String())
 	}
 }
 
