@@ -166,7 +166,10 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, body []byte
 		incarnation: 1,
 	}
 	s.limitKey = h.limits.key(r, s.principal)
-	if f := h.limits.admit(r.Context(), s.limitKey); f != nil {
+	actx, acancel := h.creationContext(r.Context())
+	f := h.limits.admit(actx, s.limitKey)
+	acancel()
+	if f != nil {
 		h.metrics.rejected.WithLabelValues(f.reason).Inc()
 		if f.err != nil {
 			h.log.Error("new session refused: the store cannot tell its size", "err", f.err)
@@ -242,28 +245,23 @@ func (h *Handler) createSession(r *http.Request, s *session, params json.RawMess
 		Upstream:         s.backend.Handle(),
 		Created:          time.Now(),
 	}
-	ctx := r.Context()
-	if h.cluster != nil {
-		// No lease bounds it yet: one lease TTL does, as it does a
-		// request's store calls on a replica that does not own the
-		// session (storeContext). A replica cut off from the store
-		// answers 503 then, not after the store client's timeouts.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, h.leaseTTL)
-		defer cancel()
-	}
+	ctx, cancel := h.creationContext(r.Context())
+	defer cancel()
+	// On failure the record may be in the store even if CreateSession
+	// failed (its answer lost): unmake removes it, off the client's path.
 	if err := h.store.CreateSession(ctx, rec); err != nil {
+		h.unmake(s.id)
 		return err
 	}
 	if h.cluster != nil {
 		if err := h.takeLease(ctx, s); err != nil {
-			h.store.DeleteSession(context.WithoutCancel(r.Context()), s.id)
+			h.unmake(s.id)
 			return err
 		}
 	}
 	st, err := h.newStream(ctx, s, 1, true, nil)
 	if err != nil {
-		h.store.DeleteSession(context.WithoutCancel(r.Context()), s.id)
+		h.unmake(s.id)
 		return err
 	}
 	s.standalone = st
@@ -271,6 +269,18 @@ func (h *Handler) createSession(r *http.Request, s *session, params json.RawMess
 	h.sessions[s.id] = s
 	h.mu.Unlock()
 	return nil
+}
+
+// creationContext bounds the store calls that create a session (the size
+// check, the record, the lease, the standalone stream). With replicas it
+// is one lease TTL, as for a request's store calls on a replica that does
+// not own the session (storeContext): a replica cut off from the store
+// answers 503 then, not after the store client's own timeouts.
+func (h *Handler) creationContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if h.cluster == nil {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, h.leaseTTL)
 }
 
 // forwardOneWay forwards notifications and responses; the client gets 202.

@@ -193,6 +193,12 @@ type Handler struct {
 
 	metrics  *metrics
 	notReady atomic.Bool // the last readiness check failed
+
+	// Sessions whose creation failed, to be removed from the store
+	// (unmade.go), and whether removeUnmade runs.
+	unmadeMu sync.Mutex
+	unmade   []string
+	unmaking bool
 }
 
 const (

@@ -1,0 +1,88 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/mcprelay/mcprelay/eventlog"
+)
+
+// A session whose creation failed may still be in the store: a write the
+// store made but whose answer was lost (a timeout, a partition) looks like
+// one it never made. Nobody can use such a record (the client never learned
+// the session's ID) and nothing else would remove it (no sweep walks the
+// store), so the relay removes it itself: off the client's path, which
+// gets its 503 at once, and again until the store answers.
+
+// maxUnmade bounds the sessions waiting for removal; past it, during a long
+// outage of the store, the oldest are forgotten (and stay in the store).
+const maxUnmade = 10000
+
+// unmadeRetry is how long the remover waits after the store failed it.
+const unmadeRetry = time.Second
+
+// unmake removes the record of session id, whose creation failed, from the
+// store.
+func (h *Handler) unmake(id string) {
+	h.unmadeMu.Lock()
+	defer h.unmadeMu.Unlock()
+	if len(h.unmade) >= maxUnmade {
+		h.unmade = h.unmade[1:]
+		h.log.Warn("too many sessions whose creation failed wait for their removal from the store; one is forgotten", logSession, id)
+	}
+	h.unmade = append(h.unmade, id)
+	if !h.unmaking {
+		h.unmaking = true
+		go h.removeUnmade()
+	}
+}
+
+// removeUnmade removes the records unmake was given, one at a time, until
+// none is left; while the store does not answer it retries every
+// unmadeRetry. Each removal waits one lease TTL at most (with replicas;
+// else a few seconds).
+func (h *Handler) removeUnmade() {
+	wait := h.leaseTTL
+	if wait <= 0 {
+		wait = 5 * time.Second
+	}
+	failing := false
+	for {
+		h.unmadeMu.Lock()
+		if len(h.unmade) == 0 || h.ctx.Err() != nil {
+			h.unmaking = false
+			h.unmadeMu.Unlock()
+			return
+		}
+		id := h.unmade[0]
+		h.unmadeMu.Unlock()
+
+		ctx, cancel := context.WithTimeout(h.ctx, wait)
+		err := h.store.DeleteSession(ctx, id)
+		cancel()
+		if err != nil && !errors.Is(err, eventlog.ErrNotFound) {
+			if h.ctx.Err() != nil {
+				continue // ends the loop
+			}
+			if !failing {
+				h.log.Warn("removing the record of a session whose creation failed; retrying", logSession, id, "err", err)
+				failing = true
+			}
+			select {
+			case <-h.ctx.Done():
+			case <-time.After(unmadeRetry):
+			}
+			continue
+		}
+		if failing {
+			h.log.Info("removed the records of sessions whose creation failed")
+			failing = false
+		}
+		h.unmadeMu.Lock()
+		if len(h.unmade) > 0 && h.unmade[0] == id {
+			h.unmade = h.unmade[1:]
+		}
+		h.unmadeMu.Unlock()
+	}
+}
