@@ -50,6 +50,24 @@ type Session struct {
 	LastUsed time.Time
 }
 
+// LastUse is when the session was last used as its record says: LastUsed,
+// or Created if LastUsed is zero. Zero means the record does not say (it
+// is never idle).
+func (s *Session) LastUse() time.Time {
+	if s.LastUsed.IsZero() {
+		return s.Created
+	}
+	return s.LastUsed
+}
+
+// IdleSince reports whether the record says the session was last used
+// before t (LastUse is not zero and before t). Stores that list idle
+// sessions (an IdleSessions method) list those.
+func (s *Session) IdleSince(t time.Time) bool {
+	u := s.LastUse()
+	return !u.IsZero() && u.Before(t)
+}
+
 // Stream is a stream's record. FirstSeq, LastSeq and Terminal are maintained
 // by the store; they are ignored by [Log.CreateStream].
 type Stream struct {
@@ -155,6 +173,18 @@ type SessionSummary struct {
 	Events  int   // events retained, across its streams
 	Bytes   int64 // bytes of event data (sum of len(Data)) retained
 }
+
+// Stores may also list the sessions their records say are idle, with a
+// method
+//
+//	IdleSessions(ctx context.Context, before time.Time, limit int) ([]string, error)
+//
+// returning up to limit IDs (limit > 0) of sessions whose record is
+// IdleSince(before), in any order. The relay removes with it the sessions
+// nobody will come back for: those of a process that stopped or died,
+// whose clients never resumed. All three stores here implement it; a
+// session may be listed that was used or deleted meanwhile, so the caller
+// reads the record again before acting.
 
 // Store is both, plus Close.
 type Store interface {

@@ -523,6 +523,31 @@ func (m *Memory) ListSessions(ctx context.Context) ([]SessionSummary, error) {
 	return out, nil
 }
 
+// IdleSessions returns up to limit IDs of sessions last used before
+// before, in any order (see [Store]).
+func (m *Memory) IdleSessions(ctx context.Context, before time.Time, limit int) ([]string, error) {
+	if err := m.check(ctx); err != nil {
+		return nil, err
+	}
+	var out []string
+	for i := range m.sessions {
+		sh := &m.sessions[i]
+		sh.mu.RLock()
+		for id, ss := range sh.m {
+			if len(out) >= limit {
+				break
+			}
+			ss.mu.Lock()
+			if !ss.gone && ss.rec.IdleSince(before) {
+				out = append(out, id)
+			}
+			ss.mu.Unlock()
+		}
+		sh.mu.RUnlock()
+	}
+	return out, nil
+}
+
 // Size reports the bytes the store holds for its sessions: the data of
 // every retained event, and each session record's initialize params and
 // recorded requests. It is what relay.Limits.MaxStoreBytes bounds; the

@@ -919,6 +919,39 @@ func (s *Store) ListSessions(ctx context.Context) ([]eventlog.SessionSummary, er
 	return out, nil
 }
 
+// IdleSessions returns up to limit IDs of sessions last used before
+// before, in any order (see [eventlog.Store]). It reads every session's
+// record.
+func (s *Store) IdleSessions(ctx context.Context, before time.Time, limit int) ([]string, error) {
+	if err := s.enter(ctx, false); err != nil {
+		return nil, err
+	}
+	s.mu.RLock()
+	ids := make([]string, 0, len(s.sessions))
+	for id := range s.sessions {
+		ids = append(ids, id)
+	}
+	s.mu.RUnlock()
+	s.leave()
+	var out []string
+	for _, id := range ids {
+		if len(out) >= limit {
+			break
+		}
+		rec, err := s.Session(ctx, id)
+		if errors.Is(err, eventlog.ErrNotFound) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return out, err
+		}
+		if rec.IdleSince(before) {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
 // Close waits for calls in flight, stops the background goroutine, syncs
 // the WAL under SyncInterval and closes the database. Later calls return
 // nil; other methods then fail with ErrClosed.

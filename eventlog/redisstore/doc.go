@@ -24,7 +24,9 @@
 // so Read after a cursor is one XRANGE from after+1: O(log n + k). The
 // stream key → session index, "<prefix>:x:<key>", is outside the tag (it
 // may live on another node); a Store looks a key up once and caches it,
-// since a key's session never changes. See scripts.go for every key.
+// since a key's session never changes. "<prefix>:used", a sorted set of
+// session IDs by last use, is the index IdleSessions reads. See scripts.go
+// for every key.
 //
 // # Atomicity
 //
@@ -36,7 +38,10 @@
 // Read is one MULTI/EXEC. Only CreateStream and DeleteSession also touch
 // the index outside the session's slot, in separate commands: a crash
 // between the two leaves at worst an index entry without a stream, which
-// CreateStream repairs when the key is used again.
+// CreateStream repairs when the key is used again. The session writes
+// likewise update "<prefix>:used" after their script: a crash between the
+// two leaves a session unindexed (never listed idle) or an entry without a
+// session (IdleSessions drops it).
 //
 // # Retention
 //

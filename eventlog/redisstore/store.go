@@ -319,7 +319,71 @@ func (s *Store) CreateSession(ctx context.Context, sess *eventlog.Session) error
 		return errEmptyID
 	}
 	b := s.base(sess.ID)
-	return mapErr(s.exec(ctx, luaCreateSession, b+"s", b, s.token(sess.ID), rueidis.BinaryString(encodeSession(sess))).Error())
+	if err := mapErr(s.exec(ctx, luaCreateSession, b+"s", b, s.token(sess.ID), rueidis.BinaryString(encodeSession(sess))).Error()); err != nil {
+		return err
+	}
+	return s.indexUse(ctx, sess)
+}
+
+// usedKey is the sorted set of sessions by last use (unix milliseconds):
+// the index IdleSessions reads. It is a key of its own, not one of a
+// session's (they share a hash slot, this one does not), so it is written
+// after the session's record, not in the same script: a session whose
+// process died between the two is not indexed, and never listed idle.
+func (s *Store) usedKey() string { return s.prefix + ":used" }
+
+// indexUse records sess's last use in usedKey (a record that does not say
+// when it was used leaves it).
+func (s *Store) indexUse(ctx context.Context, sess *eventlog.Session) error {
+	var cmd rueidis.Completed
+	if u := sess.LastUse(); u.IsZero() {
+		cmd = s.c.B().Zrem().Key(s.usedKey()).Member(sess.ID).Build()
+	} else {
+		cmd = s.c.B().Zadd().Key(s.usedKey()).ScoreMember().ScoreMember(float64(u.UnixMilli()), sess.ID).Build()
+	}
+	return mapErr(s.c.Do(ctx, cmd).Error())
+}
+
+// IdleSessions returns up to limit IDs of sessions last used before
+// before, in any order (see [eventlog.Store]), from the index of last uses
+// the session writes keep. An indexed session whose record is gone (its
+// process died between deleting the record and the index entry) is dropped
+// from the index, not listed.
+func (s *Store) IdleSessions(ctx context.Context, before time.Time, limit int) ([]string, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	ids, err := s.c.Do(ctx, s.c.B().Zrangebyscore().Key(s.usedKey()).Min("-inf").Max(fmt.Sprintf("(%d", before.UnixMilli())).
+		Limit(0, int64(limit)).Build()).AsStrSlice()
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	cmds := make(rueidis.Commands, len(ids))
+	for i, id := range ids {
+		cmds[i] = s.c.B().Hexists().Key(s.base(id) + "s").Field("r").Build()
+	}
+	out := ids[:0]
+	var gone []string
+	for i, r := range s.c.DoMulti(ctx, cmds...) {
+		ok, err := r.AsBool()
+		if err != nil {
+			return nil, mapErr(err)
+		}
+		if ok {
+			out = append(out, ids[i])
+		} else {
+			gone = append(gone, ids[i])
+		}
+	}
+	if len(gone) > 0 {
+		if err := s.c.Do(ctx, s.c.B().Zrem().Key(s.usedKey()).Member(gone...).Build()).Error(); err != nil {
+			return nil, mapErr(err)
+		}
+	}
+	return out, nil
 }
 
 // Session implements [eventlog.Sessions].
@@ -343,7 +407,10 @@ func (s *Store) UpdateSession(ctx context.Context, sess *eventlog.Session) error
 		return err
 	}
 	b := s.base(sess.ID)
-	return mapErr(s.exec(ctx, luaUpdateSession, b+"s", b, s.token(sess.ID), rueidis.BinaryString(encodeSession(sess))).Error())
+	if err := mapErr(s.exec(ctx, luaUpdateSession, b+"s", b, s.token(sess.ID), rueidis.BinaryString(encodeSession(sess))).Error()); err != nil {
+		return err
+	}
+	return s.indexUse(ctx, sess)
 }
 
 // DeleteSession implements [eventlog.Sessions]. It is not fenced, it also
@@ -356,6 +423,9 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	b := s.base(id)
 	keys, err := s.exec(ctx, luaDeleteSession, b+"s", b, s.channel("")).AsStrSlice()
 	if err != nil {
+		return mapErr(err)
+	}
+	if err := s.c.Do(ctx, s.c.B().Zrem().Key(s.usedKey()).Member(id).Build()).Error(); err != nil {
 		return mapErr(err)
 	}
 	s.tokMu.Lock()

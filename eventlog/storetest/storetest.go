@@ -66,6 +66,7 @@ func RunWith(t *testing.T, open func(t *testing.T, r eventlog.Retention) eventlo
 		t.Run("CopiesInAndOut", s.sessionCopies)
 		t.Run("DeleteThenRecreate", s.sessionRecreate)
 		t.Run("List", s.sessionList)
+		t.Run("Idle", s.sessionIdle)
 	})
 	t.Run("Streams", func(t *testing.T) {
 		t.Run("Create", s.streamCreate)
@@ -274,6 +275,65 @@ func sessionDiff(got, want *eventlog.Session) string {
 // sessionLister is implemented by stores that can list their sessions.
 type sessionLister interface {
 	ListSessions(ctx context.Context) ([]eventlog.SessionSummary, error)
+}
+
+// IdleLister is implemented by stores that list the sessions their records
+// say are idle (see eventlog.Store).
+type IdleLister interface {
+	IdleSessions(ctx context.Context, before time.Time, limit int) ([]string, error)
+}
+
+// sessionIdle checks IdleSessions, for stores that have it: a session is
+// listed when its LastUsed (or, if zero, Created) is strictly before the
+// bound, not after it is used again or deleted, never when its record
+// has no time; limit bounds the list.
+func (s suite) sessionIdle(t *testing.T) {
+	st := s.store(t, eventlog.Retention{})
+	l, ok := st.(IdleLister)
+	if !ok {
+		t.Skipf("%T has no IdleSessions", st)
+	}
+	ctx := t.Context()
+	t0 := time.Date(2026, 7, 2, 8, 0, 0, 0, time.UTC)
+	create := func(id string, created, used time.Time) {
+		t.Helper()
+		if err := st.CreateSession(ctx, &eventlog.Session{ID: id, Incarnation: 1, Created: created, LastUsed: used}); err != nil {
+			t.Fatalf("CreateSession(%q): %v", id, err)
+		}
+	}
+	create("used-2h-ago", t0.Add(-3*time.Hour), t0.Add(-2*time.Hour))
+	create("created-2h-ago", t0.Add(-2*time.Hour), time.Time{})
+	create("used-now", t0.Add(-3*time.Hour), t0)
+	create("no-time", time.Time{}, time.Time{})
+	create("deleted", t0.Add(-3*time.Hour), time.Time{})
+	create("used-again", t0.Add(-3*time.Hour), time.Time{})
+	if err := st.DeleteSession(ctx, "deleted"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.UpdateSession(ctx, &eventlog.Session{ID: "used-again", Incarnation: 1, Created: t0.Add(-3 * time.Hour), LastUsed: t0}); err != nil {
+		t.Fatal(err)
+	}
+	list := func(before time.Time, limit int) []string {
+		t.Helper()
+		ids, err := l.IdleSessions(ctx, before, limit)
+		if err != nil {
+			t.Fatalf("IdleSessions: %v", err)
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	if got, want := list(t0.Add(-time.Hour), 100), []string{"created-2h-ago", "used-2h-ago"}; !slices.Equal(got, want) {
+		t.Errorf("IdleSessions(1 h before) = %q, want %q", got, want)
+	}
+	if got := list(t0.Add(-2*time.Hour), 100); len(got) != 0 {
+		t.Errorf("IdleSessions(2 h before) = %q, want none: a session last used at the bound is not idle before it", got)
+	}
+	if got := list(t0.Add(-time.Hour), 1); len(got) != 1 || !slices.Contains([]string{"created-2h-ago", "used-2h-ago"}, got[0]) {
+		t.Errorf("IdleSessions(1 h before, limit 1) = %q, want one of the two idle sessions", got)
+	}
+	if got, want := list(t0.Add(time.Hour), 100), []string{"created-2h-ago", "used-2h-ago", "used-again", "used-now"}; !slices.Equal(got, want) {
+		t.Errorf("IdleSessions(1 h after) = %q, want %q", got, want)
+	}
 }
 
 // sessionList checks ListSessions, for stores that have it: every session
