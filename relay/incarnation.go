@@ -459,10 +459,6 @@ func (h *Handler) expired(rec *eventlog.Session) bool {
 	if timeout <= 0 {
 		return false
 	}
-	last := rec.LastUsed
-	if last.IsZero() {
-		last = rec.Created
-	}
 	// The record lags the real last use by up to timeout/8.
-	return !last.IsZero() && time.Since(last) > timeout+timeout/8
+	return rec.IdleSince(time.Now().Add(-timeout - timeout/8))
 }

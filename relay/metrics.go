@@ -30,6 +30,7 @@ type metrics struct {
 	restored        prometheus.Counter
 	forwarded       prometheus.Counter
 	dropped         prometheus.Counter
+	swept           prometheus.Counter
 	renewFailures   prometheus.Counter
 	requestDuration *prometheus.HistogramVec // kind, method
 	upstreamErrors  *prometheus.CounterVec   // cause
@@ -68,6 +69,8 @@ func newMetrics(h *Handler) *metrics {
 			"Requests forwarded to the replica that owns their session."),
 		dropped: counter("mcprelay_sessions_dropped_total",
 			"Sessions this replica stopped serving because another replica took them over (fenced), or because their lease could not be renewed for LeasePatience."),
+		swept: counter("mcprelay_sessions_swept_total",
+			"Sessions removed from the store because they were idle past the timeout and no process served them (their process stopped or died, and their client never came back)."),
 		renewFailures: counter("mcprelay_lease_renewal_failures_total",
 			"Lease renewals that failed for a reason other than another replica holding the lease (the store out of reach or too slow); while a session's renewals fail, its requests get 503."),
 		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -90,7 +93,7 @@ func newMetrics(h *Handler) *metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewBuildInfoCollector(),
 		m.resumeDecisions, m.plainGETs, m.rejected, m.recreations, m.requestsLost, m.restored,
-		m.forwarded, m.dropped, m.renewFailures, m.requestDuration, m.upstreamErrors, m.storeAppend,
+		m.forwarded, m.dropped, m.swept, m.renewFailures, m.requestDuration, m.upstreamErrors, m.storeAppend,
 		stateCollector{h},
 	)
 	for _, reason := range rejectReasons {
@@ -157,6 +160,7 @@ var countKeys = map[string]string{
 	"mcprelay_sessions_restored_total":   "restore",
 	"mcprelay_requests_forwarded_total":  "forwarded",
 	"mcprelay_sessions_dropped_total":    "dropped",
+	"mcprelay_sessions_swept_total":      "swept",
 }
 
 // Counts returns a snapshot of the relay's counters: "resume/<status>/<reason>"
@@ -164,6 +168,7 @@ var countKeys = map[string]string{
 // tenant-isolation events), "reincarnation" for backend re-creations,
 // "lost" for requests answered with the request-lost error, "restore" for
 // sessions restored after a restart, "forwarded" and "dropped" (replicas),
+// "swept" for sessions removed from the store by the sweep,
 // "rejected/<reason>" for sessions refused by the limits.
 // Counters still at zero may be missing.
 func (h *Handler) Counts() map[string]int64 {

@@ -573,11 +573,25 @@ func (h *Handler) janitor() {
 	every = max(every, 10*time.Millisecond)
 	t := time.NewTicker(every)
 	defer t.Stop()
+	var lastSweep time.Time
+	sweeping := make(chan struct{}, 1)
+	defer func() { sweeping <- struct{}{} }() // waits for a sweep under way
 	for {
 		select {
 		case <-h.ctx.Done():
 			return
 		case now := <-t.C:
+			if now.Sub(lastSweep) >= sweepEvery(timeout) {
+				select {
+				case sweeping <- struct{}{}: // at most one at a time, off this loop
+					lastSweep = now
+					go func() {
+						defer func() { <-sweeping }()
+						h.sweep()
+					}()
+				default:
+				}
+			}
 			h.mu.RLock()
 			var idle []*session
 			for _, s := range h.sessions {

@@ -78,7 +78,7 @@ func newServeFlags() (*flag.FlagSet, *serveFlags) {
 		poll:          fs.Duration("poll-interval", 0, "close a POST's stream or a GET without Last-Event-ID of a 2025-11-25 client after this long with retry, so it resumes by GET; resumed GETs are not closed (0: never)"),
 		origins:       fs.String("allowed-origins", "", "comma-separated Origin values accepted (default: loopback and same-host origins)"),
 		hosts:         fs.String("allowed-hosts", "", "comma-separated Host values accepted (default: any; loopback names only on a loopback listener)"),
-		idle:          fs.Duration("session-idle-timeout", time.Hour, "expire sessions idle this long (negative: never)"),
+		idle:          fs.Duration("session-idle-timeout", time.Hour, "expire sessions idle this long, and remove those left in the store by a relay that stopped (negative: never)"),
 		maxBody:       fs.Int64("max-body-bytes", 4<<20, "largest POST body accepted"),
 		logFormat:     fs.String("log-format", "text", "log format: text or json"),
 		logLevel:      fs.String("log-level", "info", "log level: debug, info, warn or error"),

@@ -46,7 +46,7 @@ func sessionsCmd(args []string) error {
 	case *storeKind == "memory":
 		return errors.New("sessions: the memory store lives in the relay's own process: there is nothing to list from outside")
 	case strings.HasPrefix(*storeKind, "redis://") || strings.HasPrefix(*storeKind, "rediss://"):
-		return errors.New("sessions: the Redis store cannot be listed: it keeps no index of its sessions (listing them would scan every key of the Redis database)")
+		return errors.New("sessions: the Redis store cannot be listed: its only index of sessions (by last use, for the sweep of idle sessions) holds their IDs, and misses those written before it existed")
 	case *storeKind != "disk":
 		return fmt.Errorf("sessions: --store must be disk, got %q", *storeKind)
 	}
