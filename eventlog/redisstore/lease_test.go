@@ -55,11 +55,20 @@ func TestLeaseHeld(t *testing.T) {
 	if _, _, err := b.Holder(ctx, "s2"); !errors.Is(err, redisstore.ErrNoLease) {
 		t.Errorf("Holder of an unleased session: %v, want ErrNoLease", err)
 	}
+	if held, err := b.LeaseHeld(ctx, "s1"); !held || err != nil {
+		t.Errorf("LeaseHeld of a leased session = %v, %v; want true", held, err)
+	}
+	if held, err := b.LeaseHeld(ctx, "s2"); held || err != nil {
+		t.Errorf("LeaseHeld of an unleased session = %v, %v; want false", held, err)
+	}
 	if err := b.ReleaseLease(ctx, "s1", redisstore.Lease{Owner: "http://b", Token: la.Token}); !errors.Is(err, redisstore.ErrLeaseLost) {
 		t.Errorf("ReleaseLease by a non-holder: %v, want ErrLeaseLost", err)
 	}
 	if err := a.ReleaseLease(ctx, "s1", la); err != nil {
 		t.Fatalf("ReleaseLease: %v", err)
+	}
+	if held, err := b.LeaseHeld(ctx, "s1"); held || err != nil {
+		t.Errorf("LeaseHeld after the release = %v, %v; want false", held, err)
 	}
 	if lb, err := b.AcquireLease(ctx, "s1", "http://b", time.Minute); err != nil || lb.Token <= la.Token {
 		t.Errorf("AcquireLease after release = %+v, %v; want a token above %d", lb, err, la.Token)
@@ -89,6 +98,9 @@ func TestLeaseZombieFenced(t *testing.T) {
 	for {
 		_, _, err := b.Holder(ctx, "s1")
 		if errors.Is(err, redisstore.ErrNoLease) {
+			if held, err := b.LeaseHeld(ctx, "s1"); held || err != nil {
+				t.Fatalf("LeaseHeld of an expired lease = %v, %v; want false", held, err)
+			}
 			break
 		}
 		if time.Now().After(deadline) {

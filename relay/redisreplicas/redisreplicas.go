@@ -86,14 +86,10 @@ func (c *cluster) RenewAll(ctx context.Context, sessions []string, leases []rela
 
 // Held reports whether anybody holds the session's lease (the relay asks
 // it, when a Cluster has it, before an idle reader looks up a session
-// another replica owns): one script that only reads, where a lookup runs
-// three (the session record, a lease acquisition, the list of its streams).
+// another replica owns): one EXISTS, where a lookup runs three scripts
+// (the session record, a lease acquisition, the list of its streams).
 func (c *cluster) Held(ctx context.Context, session string) (bool, error) {
-	_, _, err := c.st.Holder(ctx, session)
-	if errors.Is(err, redisstore.ErrNoLease) {
-		return false, nil
-	}
-	return err == nil, err
+	return c.st.LeaseHeld(ctx, session)
 }
 
 func (c *cluster) Release(ctx context.Context, session string, l relay.Lease) error {
