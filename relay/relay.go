@@ -196,9 +196,10 @@ type Handler struct {
 
 	// Sessions whose creation failed, to be removed from the store
 	// (unmade.go), and whether removeUnmade runs.
-	unmadeMu sync.Mutex
-	unmade   []string
-	unmaking bool
+	unmadeMu   sync.Mutex
+	unmade     []string
+	unmaking   bool
+	unmadeLost int // forgotten past maxUnmade since the store last answered
 }
 
 const (

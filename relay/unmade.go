@@ -16,7 +16,8 @@ import (
 // gets its 503 at once, and again until the store answers.
 
 // maxUnmade bounds the sessions waiting for removal; past it, during a long
-// outage of the store, the oldest are forgotten (and stay in the store).
+// outage of the store, the oldest are forgotten (the sweep of idle sessions
+// removes them later, if the store recorded them).
 const maxUnmade = 10000
 
 // unmadeRetry is how long the remover waits after the store failed it.
@@ -28,8 +29,10 @@ func (h *Handler) unmake(id string) {
 	h.unmadeMu.Lock()
 	defer h.unmadeMu.Unlock()
 	if len(h.unmade) >= maxUnmade {
+		if h.unmadeLost++; h.unmadeLost == 1 {
+			h.log.Warn("too many sessions whose creation failed wait for their removal from the store; the oldest are forgotten (they stay in the store until swept)", "waiting", maxUnmade)
+		}
 		h.unmade = h.unmade[1:]
-		h.log.Warn("too many sessions whose creation failed wait for their removal from the store; one is forgotten", logSession, id)
 	}
 	h.unmade = append(h.unmade, id)
 	if !h.unmaking {
@@ -76,7 +79,11 @@ func (h *Handler) removeUnmade() {
 			continue
 		}
 		if failing {
-			h.log.Info("removed the records of sessions whose creation failed")
+			h.unmadeMu.Lock()
+			lost := h.unmadeLost
+			h.unmadeLost = 0
+			h.unmadeMu.Unlock()
+			h.log.Info("the store answers again; removing the records of sessions whose creation failed", "forgotten", lost)
 			failing = false
 		}
 		h.unmadeMu.Lock()
