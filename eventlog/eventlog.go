@@ -185,6 +185,15 @@ type SessionSummary struct {
 // whose clients never resumed. All three stores here implement it; a
 // session may be listed that was used or deleted meanwhile, so the caller
 // reads the record again before acting.
+//
+// And they may record a session's use without rewriting its record:
+//
+//	TouchSession(ctx context.Context, id string, at time.Time) error
+//
+// makes the record's LastUsed at if that is later, leaves the rest as it
+// is, and is not fenced, so that a replica serving the session's streams
+// without owning it records uses too; ErrNotFound if the session is
+// unknown. All three stores here implement it.
 
 // Store is both, plus Close.
 type Store interface {

@@ -523,6 +523,27 @@ func (m *Memory) ListSessions(ctx context.Context) ([]SessionSummary, error) {
 	return out, nil
 }
 
+// TouchSession records a use of the session at at: its LastUsed becomes at
+// if that is later (see [Store]).
+func (m *Memory) TouchSession(ctx context.Context, id string, at time.Time) error {
+	if err := m.check(ctx); err != nil {
+		return err
+	}
+	ss := m.lookupSession(id)
+	if ss == nil {
+		return ErrNotFound
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.gone {
+		return ErrNotFound
+	}
+	if at.After(ss.rec.LastUsed) {
+		ss.rec.LastUsed = at
+	}
+	return nil
+}
+
 // IdleSessions returns up to limit IDs of sessions last used before
 // before, in any order (see [Store]).
 func (m *Memory) IdleSessions(ctx context.Context, before time.Time, limit int) ([]string, error) {

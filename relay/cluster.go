@@ -427,6 +427,7 @@ func (h *Handler) remoteView(ctx context.Context, rec *eventlog.Session, owner s
 		incarnation: rec.Incarnation,
 		owner:       owner,
 	}
+	s.recorded.Store(rec.LastUse().UnixNano())
 	sts, err := h.store.Streams(ctx, rec.ID)
 	if err != nil {
 		return nil, fmt.Errorf("%w: event log: %w", errUnavailable, err)

@@ -212,6 +212,7 @@ func (h *Handler) lookup(r *http.Request, id string) (*session, error) {
 		return nil, nil
 	}
 	if s.owner != "" {
+		h.recordUse(s) // a resume here keeps the session from expiring there
 		return s, nil
 	}
 	s.mu.Lock()
@@ -225,11 +226,20 @@ func (h *Handler) lookup(r *http.Request, id string) (*session, error) {
 	return s, nil
 }
 
+// toucher is a store that records a session's use without rewriting its
+// record (see eventlog.Store); any replica may, not only the owner.
+type toucher interface {
+	TouchSession(ctx context.Context, id string, at time.Time) error
+}
+
 // recordUse writes the session's LastUsed to the store when the one there
 // is older than an eighth of the idle timeout: a session that outlives this
-// process (a restart, a replica's death) is still expired on time, at the
-// cost of one record write per session every few minutes, off the
-// request's path.
+// process (a restart, a replica's death) is still expired on time, and one
+// whose client reads its streams from another replica is not expired by
+// its owner, at the cost of one write per session every few minutes, off
+// the request's path. A request records a use, and so does a connection
+// that stays open (the janitor, and a reader on a replica that does not
+// own the session, call it while it is).
 func (h *Handler) recordUse(s *session) {
 	timeout := h.opts.SessionIdleTimeout
 	if timeout <= 0 {
@@ -243,10 +253,17 @@ func (h *Handler) recordUse(s *session) {
 	go func() {
 		ctx, cancel := context.WithTimeout(h.ctx, 10*time.Second)
 		defer cancel()
-		rec, err := h.store.Session(ctx, s.id)
-		if err == nil {
-			rec.LastUsed = now
-			err = h.store.UpdateSession(ctx, rec)
+		var err error
+		if tc, ok := h.store.(toucher); ok {
+			err = tc.TouchSession(ctx, s.id, now)
+		} else {
+			// Read, modify, write: a store without TouchSession, with
+			// one writer per session (not a replica that does not own it).
+			var rec *eventlog.Session
+			if rec, err = h.store.Session(ctx, s.id); err == nil {
+				rec.LastUsed = now
+				err = h.store.UpdateSession(ctx, rec)
+			}
 		}
 		if err != nil && !errors.Is(err, eventlog.ErrNotFound) && !errors.Is(err, context.Canceled) {
 			h.log.Warn("recording a session's last use", logSession, s.id, "err", err)
@@ -595,16 +612,43 @@ func (h *Handler) janitor() {
 			h.mu.RLock()
 			var idle []*session
 			for _, s := range h.sessions {
-				if s.open.Load() == 0 && now.Sub(time.Unix(0, s.lastSeen.Load())) > timeout {
+				switch {
+				case s.open.Load() > 0:
+					h.recordUse(s) // in use, without requests
+				case now.Sub(time.Unix(0, s.lastSeen.Load())) > timeout:
 					idle = append(idle, s)
 				}
 			}
 			h.mu.RUnlock()
 			for _, s := range idle {
+				if h.cluster != nil && h.usedElsewhere(s) {
+					continue
+				}
 				h.endSession(s, "idle timeout")
 			}
 		}
 	}
+}
+
+// usedElsewhere reports whether the store says s has not expired although
+// it was not used here for the timeout: its client reads its streams from
+// another replica, which records the uses. s's last use moves up to the
+// recorded one. A store that cannot tell now keeps s until the next look.
+func (h *Handler) usedElsewhere(s *session) bool {
+	ctx, cancel := context.WithTimeout(h.ctx, h.leaseTTL)
+	defer cancel()
+	rec, err := h.store.Session(ctx, s.id)
+	switch {
+	case errors.Is(err, eventlog.ErrNotFound):
+		return false
+	case err != nil:
+		return h.ctx.Err() == nil
+	}
+	if h.expired(rec) { // as a restore elsewhere would find it
+		return false
+	}
+	s.lastSeen.Store(max(s.lastSeen.Load(), rec.LastUse().UnixNano()))
+	return true
 }
 
 // streamIndex is the relay's live streams by key, in shards: a call adds

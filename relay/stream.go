@@ -246,6 +246,7 @@ func (h *Handler) follow(r *http.Request, c *sseConn, s *session, st *stream, a 
 				if !idle {
 					break // woken: read what was appended
 				}
+				h.recordUse(s) // the owner must not expire a session read here
 				if h.ownerMayBeGone(ctx, s.id) {
 					// Nothing for a while and nobody holds the lease:
 					// the owner died, and this replica takes the

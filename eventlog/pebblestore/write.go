@@ -5,6 +5,7 @@ import (
 	"container/heap"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -228,6 +229,45 @@ func (s *Store) UpdateSession(ctx context.Context, sess *eventlog.Session) error
 		return eventlog.ErrNotFound
 	}
 	defer ss.mu.Unlock()
+	t := s.begin()
+	defer t.release()
+	t.key = sessionKey(t.key[:0], ss.id)
+	t.set(t.key, encodeSession(ss.num, sess))
+	ss.recMu.Lock()
+	defer ss.recMu.Unlock()
+	return s.commit(t, nil)
+}
+
+// TouchSession records a use of the session at at: its LastUsed becomes at
+// if that is later (see [eventlog.Store]).
+func (s *Store) TouchSession(ctx context.Context, id string, at time.Time) error {
+	if err := s.enter(ctx, true); err != nil {
+		return err
+	}
+	defer s.leave()
+	ss := s.lockSession(id)
+	if ss == nil {
+		return eventlog.ErrNotFound
+	}
+	defer ss.mu.Unlock()
+	// ss.mu serialises the session's writes: the record read here is the
+	// one the write replaces.
+	v, closer, err := s.db.Get(sessionKey(make([]byte, 0, 1+len(id)), id))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return eventlog.ErrNotFound
+	}
+	if err != nil {
+		return err
+	}
+	_, sess, err := decodeSession(id, v)
+	closer.Close()
+	if err != nil {
+		return err
+	}
+	if !at.After(sess.LastUsed) {
+		return nil
+	}
+	sess.LastUsed = at
 	t := s.begin()
 	defer t.release()
 	t.key = sessionKey(t.key[:0], ss.id)

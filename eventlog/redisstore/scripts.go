@@ -108,6 +108,18 @@ redis.call('HSET', KEYS[1], 'r', ARGV[3])
 return 1
 `
 
+// scriptTouchSession: KEYS[1] the session's hash; ARGV[1] a use, in unix
+// nanoseconds as 19 digits (so that string order is time order; Lua's
+// numbers would round them). Field "u" keeps the latest use recorded this
+// way, beside the record's own LastUsed. Not fenced: any replica serving
+// the session's streams records uses.
+const scriptTouchSession = `
+if redis.call('HEXISTS', KEYS[1], 'r') == 0 then return redis.error_reply('NOTFOUND') end
+local u = redis.call('HGET', KEYS[1], 'u')
+if not u or u < ARGV[1] then redis.call('HSET', KEYS[1], 'u', ARGV[1]) end
+return 1
+`
+
 // scriptDeleteSession: ARGV base, watch channel prefix. Returns the
 // session's stream keys, and wakes their watchers.
 const scriptDeleteSession = luaCommon + `

@@ -123,6 +123,7 @@ var (
 	luaCreateSession = rueidis.NewLuaScript(scriptCreateSession)
 	luaUpdateSession = rueidis.NewLuaScript(scriptUpdateSession)
 	luaDeleteSession = rueidis.NewLuaScript(scriptDeleteSession)
+	luaTouchSession  = rueidis.NewLuaScript(scriptTouchSession)
 	luaCreateStream  = rueidis.NewLuaScript(scriptCreateStream)
 	luaAppend        = rueidis.NewLuaScript(scriptAppend)
 	luaStreams       = rueidis.NewLuaScript(scriptStreams)
@@ -339,7 +340,8 @@ func (s *Store) indexUse(ctx context.Context, sess *eventlog.Session) error {
 	if u := sess.LastUse(); u.IsZero() {
 		cmd = s.c.B().Zrem().Key(s.usedKey()).Member(sess.ID).Build()
 	} else {
-		cmd = s.c.B().Zadd().Key(s.usedKey()).ScoreMember().ScoreMember(float64(u.UnixMilli()), sess.ID).Build()
+		// GT: a use TouchSession recorded later than the record's stays.
+		cmd = s.c.B().Zadd().Key(s.usedKey()).Gt().ScoreMember().ScoreMember(float64(u.UnixMilli()), sess.ID).Build()
 	}
 	return mapErr(s.c.Do(ctx, cmd).Error())
 }
@@ -391,14 +393,51 @@ func (s *Store) Session(ctx context.Context, id string) (*eventlog.Session, erro
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	v, err := s.c.Do(ctx, s.c.B().Hget().Key(s.base(id)+"s").Field("r").Build()).AsBytes()
+	vs, err := s.c.Do(ctx, s.c.B().Hmget().Key(s.base(id)+"s").Field("r", "u").Build()).ToArray()
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	if len(vs) != 2 {
+		return nil, ErrCorrupt
+	}
+	v, err := vs[0].AsBytes()
 	if rueidis.IsRedisNil(err) {
 		return nil, eventlog.ErrNotFound
 	}
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	return decodeSession(id, v)
+	sess, err := decodeSession(id, v)
+	if err != nil {
+		return nil, err
+	}
+	// A use recorded by TouchSession after the record was last written.
+	if u, err := vs[1].ToString(); err == nil {
+		n, err := strconv.ParseInt(u, 10, 64)
+		if err != nil {
+			return nil, ErrCorrupt
+		}
+		if t := time.Unix(0, n).UTC(); t.After(sess.LastUsed) {
+			sess.LastUsed = t
+		}
+	}
+	return sess, nil
+}
+
+// TouchSession records a use of the session at at: its LastUsed, as Session
+// reads it, becomes at if that is later (see [eventlog.Store]). It is not
+// fenced: a replica that serves the session's streams without owning it
+// records uses too.
+func (s *Store) TouchSession(ctx context.Context, id string, at time.Time) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if err := mapErr(s.exec(ctx, luaTouchSession, s.base(id)+"s", fmt.Sprintf("%019d", at.UnixNano())).Error()); err != nil {
+		return err
+	}
+	// The index only lags if this fails (see UpdateSession).
+	s.c.Do(ctx, s.c.B().Zadd().Key(s.usedKey()).Gt().ScoreMember().ScoreMember(float64(at.UnixMilli()), id).Build())
+	return nil
 }
 
 // UpdateSession implements [eventlog.Sessions]. It is fenced.

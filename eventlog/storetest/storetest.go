@@ -67,6 +67,7 @@ func RunWith(t *testing.T, open func(t *testing.T, r eventlog.Retention) eventlo
 		t.Run("DeleteThenRecreate", s.sessionRecreate)
 		t.Run("List", s.sessionList)
 		t.Run("Idle", s.sessionIdle)
+		t.Run("Touch", s.sessionTouch)
 	})
 	t.Run("Streams", func(t *testing.T) {
 		t.Run("Create", s.streamCreate)
@@ -333,6 +334,81 @@ func (s suite) sessionIdle(t *testing.T) {
 	}
 	if got, want := list(t0.Add(time.Hour), 100), []string{"created-2h-ago", "used-2h-ago", "used-again", "used-now"}; !slices.Equal(got, want) {
 		t.Errorf("IdleSessions(1 h after) = %q, want %q", got, want)
+	}
+}
+
+// Toucher is implemented by stores that record a session's use without a
+// read-modify-write of its record (see eventlog.Store).
+type Toucher interface {
+	TouchSession(ctx context.Context, id string, at time.Time) error
+}
+
+// sessionTouch checks TouchSession, for stores that have it: LastUsed
+// becomes the later of the two, to the nanosecond, and nothing else of the
+// record changes; an update written afterwards from the record as read
+// keeps it; IdleSessions follows it; unknown and deleted sessions are
+// ErrNotFound.
+func (s suite) sessionTouch(t *testing.T) {
+	st := s.store(t, eventlog.Retention{})
+	tc, ok := st.(Toucher)
+	if !ok {
+		t.Skipf("%T has no TouchSession", st)
+	}
+	ctx := t.Context()
+	want := fullSession("touched")
+	if err := st.CreateSession(ctx, want); err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string) {
+		t.Helper()
+		got, err := st.Session(ctx, "touched")
+		if err != nil {
+			t.Fatalf("%s: Session: %v", what, err)
+		}
+		if d := sessionDiff(got, want); d != "" {
+			t.Errorf("%s: %s", what, d)
+		}
+	}
+	if err := tc.TouchSession(ctx, "touched", want.LastUsed.Add(-time.Hour)); err != nil {
+		t.Fatalf("TouchSession earlier: %v", err)
+	}
+	check("after a touch earlier than LastUsed")
+	later := want.LastUsed.Add(90*time.Minute + 123*time.Nanosecond)
+	if err := tc.TouchSession(ctx, "touched", later); err != nil {
+		t.Fatalf("TouchSession later: %v", err)
+	}
+	want.LastUsed = later
+	check("after a touch later than LastUsed")
+	rec, err := st.Session(ctx, "touched")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Incarnation++
+	want.Incarnation++
+	if err := st.UpdateSession(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	check("after an update of the record as read")
+	if l, ok := st.(IdleLister); ok {
+		ids, err := l.IdleSessions(ctx, later.Add(-time.Millisecond), 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(ids, "touched") {
+			t.Errorf("IdleSessions lists a session touched after the bound")
+		}
+	}
+	if err := tc.TouchSession(ctx, "unknown", later); !errors.Is(err, eventlog.ErrNotFound) {
+		t.Errorf("TouchSession of an unknown session: %v, want ErrNotFound", err)
+	}
+	if err := st.DeleteSession(ctx, "touched"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tc.TouchSession(ctx, "touched", later); !errors.Is(err, eventlog.ErrNotFound) {
+		t.Errorf("TouchSession of a deleted session: %v, want ErrNotFound", err)
+	}
+	if _, err := st.Session(ctx, "touched"); !errors.Is(err, eventlog.ErrNotFound) {
+		t.Errorf("Session after a touch of the deleted session: %v, want ErrNotFound", err)
 	}
 }
 
