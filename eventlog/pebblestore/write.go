@@ -229,6 +229,11 @@ func (s *Store) UpdateSession(ctx context.Context, sess *eventlog.Session) error
 		return eventlog.ErrNotFound
 	}
 	defer ss.mu.Unlock()
+	return s.putRecord(ss, sess)
+}
+
+// putRecord commits sess as ss's record; ss.mu is held.
+func (s *Store) putRecord(ss *session, sess *eventlog.Session) error {
 	t := s.begin()
 	defer t.release()
 	t.key = sessionKey(t.key[:0], ss.id)
@@ -268,13 +273,7 @@ func (s *Store) TouchSession(ctx context.Context, id string, at time.Time) error
 		return nil
 	}
 	sess.LastUsed = at
-	t := s.begin()
-	defer t.release()
-	t.key = sessionKey(t.key[:0], ss.id)
-	t.set(t.key, encodeSession(ss.num, sess))
-	ss.recMu.Lock()
-	defer ss.recMu.Unlock()
-	return s.commit(t, nil)
+	return s.putRecord(ss, sess)
 }
 
 // DeleteSession implements [eventlog.Sessions] with range deletions, so
