@@ -83,7 +83,11 @@
 // stream behind that mark, it never hands out the lost seqs again: the
 // next append skips past them and drops the stream's retained events, so
 // that clients behind the mark see a hole rather than silently different
-// events under seqs they may hold. If everything is lost, the relay secret
+// events under seqs they may hold. An append that ran but whose answer
+// was lost (Redis killed before replying, a cut connection) is not run
+// twice when the caller retries it with the same events: each append
+// carries a batch ID, which the retry reuses, and the script skips a
+// batch the stream's last append carried. If everything is lost, the relay secret
 // (LoadOrCreateSecret) is created anew and every event ID minted before
 // stops verifying.
 package redisstore

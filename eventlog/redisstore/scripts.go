@@ -17,7 +17,8 @@ package redisstore
 //	                  r: runs of this stream in P o; z: events at the
 //	                  front of this stream's runs in P o that were dropped
 //	                  by a skip (see scriptAppend); t: terminal time (ms,
-//	                  Redis clock), absent while the stream is open
+//	                  Redis clock), absent while the stream is open;
+//	                  i: the batch ID of the last append (see scriptAppend)
 //	P e:<num>  stream one entry per retained event, ID "<seq>-0",
 //	                  fields d: data, then t: type when not ""
 //	P o        list   the session's retained events in append order,
@@ -150,8 +151,15 @@ return 1
 `
 
 // scriptAppend: ARGV base, token, key, terminal ("1" or "0"), MaxEvents,
-// MaxBytes, TerminalGrace (ms), channel, floor, then type and data of each
-// event. Returns {new LastSeq, stream number}.
+// MaxBytes, TerminalGrace (ms), channel, floor, batch ID, then type and
+// data of each event. Returns {new LastSeq, stream number}.
+//
+// The batch ID makes a retried append idempotent: when the stream's last
+// append carried the same ID, the events are there already (the append
+// ran, its answer was lost: Redis killed before it replied, a connection
+// cut), and the script returns as if it had appended them now. A stream
+// has one appender at a time (its session's owner, fenced), so the last
+// append is the one to compare with.
 //
 // floor is "<stream number>:<seq>": the highest seq of the stream the
 // caller has seen, or "" if it knows none. If LastSeq
@@ -168,10 +176,11 @@ expire(now, grace)
 local num = redis.call('HGET', base .. 'k', ARGV[3])
 if not num then return redis.error_reply('NOTFOUND') end
 local mk = base .. 'm:' .. num
-local m = redis.call('HMGET', mk, 'l', 'n', 'b', 'r', 't', 'z')
-if m[5] then return redis.error_reply('TERMINAL') end
+local m = redis.call('HMGET', mk, 'l', 'n', 'b', 'r', 't', 'z', 'i')
 local l, n, b, r = tonumber(m[1]), tonumber(m[2]), tonumber(m[3]), tonumber(m[4])
-local cnt = (#ARGV - 9) / 2
+if ARGV[10] ~= '' and m[7] == ARGV[10] then return {l, tonumber(num)} end
+if m[5] then return redis.error_reply('TERMINAL') end
+local cnt = (#ARGV - 10) / 2
 if cnt == 0 then return {l, tonumber(num)} end
 local ek = base .. 'e:' .. num
 local fnum, floor = string.match(ARGV[9], '^(%d+):(%d+)$')
@@ -184,7 +193,7 @@ if fnum == num and l < floor then
   l, n, b = floor, 0, 0
 end
 local added = 0
-for i = 10, #ARGV, 2 do
+for i = 11, #ARGV, 2 do
   l = l + 1
   if ARGV[i] == '' then
     redis.call('XADD', ek, l .. '-0', 'd', ARGV[i + 1])
@@ -203,7 +212,7 @@ else
   redis.call('RPUSH', ok, num .. ':' .. cnt)
   r = r + 1
 end
-redis.call('HSET', mk, 'l', l, 'n', n + cnt, 'b', b + added, 'r', r)
+redis.call('HSET', mk, 'l', l, 'n', n + cnt, 'b', b + added, 'r', r, 'i', ARGV[10])
 if ARGV[4] == '1' then
   redis.call('HSET', mk, 't', now)
   redis.call('ZADD', base .. 'x', now, num)

@@ -3,8 +3,11 @@ package redisstore
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -77,6 +80,9 @@ type Store struct {
 	tokens map[string]uint64 // session → fencing token this Store holds
 
 	hub *hub
+
+	batchPrefix string        // random, per Store: batch IDs are unique across processes
+	batches     atomic.Uint64 // batch IDs handed out
 }
 
 var _ eventlog.Store = (*Store)(nil)
@@ -88,6 +94,54 @@ type keyInfo struct {
 	mu  sync.Mutex
 	num int64  // the stream's number in its session, 0 if not known yet
 	hw  uint64 // the highest LastSeq this Store has seen of stream num
+
+	// The last append that failed without telling whether it ran (its
+	// answer lost): its events' fingerprint and batch ID, which an append
+	// of the same events reuses (see scriptAppend). Guarded by mu.
+	unsureFP    uint64
+	unsureBatch string
+}
+
+// batchFor returns the batch ID of an append of events with fingerprint
+// fp: the unsure append's if fp is its fingerprint (a retry), else next.
+func (ki *keyInfo) batchFor(fp uint64, next func() string) string {
+	ki.mu.Lock()
+	defer ki.mu.Unlock()
+	if ki.unsureBatch != "" && ki.unsureFP == fp {
+		return ki.unsureBatch
+	}
+	return next()
+}
+
+// settle records the outcome of an append of batch: unsure (it may or may
+// not have run) or known (done, or refused by Redis).
+func (ki *keyInfo) settle(fp uint64, batch string, unsure bool) {
+	ki.mu.Lock()
+	defer ki.mu.Unlock()
+	if unsure {
+		ki.unsureFP, ki.unsureBatch = fp, batch
+	} else {
+		ki.unsureFP, ki.unsureBatch = 0, ""
+	}
+}
+
+// fingerprint identifies an append's events (and whether it ends the
+// stream) for batchFor: the same events give the same fingerprint.
+func fingerprint(terminal bool, events []eventlog.Event) uint64 {
+	h := fnv.New64a()
+	if terminal {
+		h.Write([]byte{1})
+	}
+	var n [8]byte
+	for i := range events {
+		binary.LittleEndian.PutUint64(n[:], uint64(len(events[i].Type)))
+		h.Write(n[:])
+		h.Write([]byte(events[i].Type))
+		binary.LittleEndian.PutUint64(n[:], uint64(len(events[i].Data)))
+		h.Write(n[:])
+		h.Write(events[i].Data)
+	}
+	return h.Sum64()
 }
 
 // number is the stream's number, 0 if not known.
@@ -189,6 +243,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		idx:     make(map[string]*keyInfo),
 		tokens:  make(map[string]uint64),
 	}
+	var nonce [9]byte
+	rand.Read(nonce[:])
+	s.batchPrefix = base64.RawURLEncoding.EncodeToString(nonce[:]) + ":"
 	s.hub = newHub(c, log)
 	return s, nil
 }
@@ -635,15 +692,22 @@ func (s *Store) Append(ctx context.Context, key string, terminal bool, events ..
 		term = "1"
 	}
 	var last uint64
+	fp := fingerprint(terminal, events)
 	err := s.onStream(ctx, key, func(ki *keyInfo) error {
 		b := s.base(ki.sid)
-		args := make([]string, 0, 9+2*len(events))
+		batch := ki.batchFor(fp, s.nextBatch)
+		args := make([]string, 0, 10+2*len(events))
 		args = append(args, b, s.token(ki.sid), key, term, s.maxE, s.maxB, s.graceMs, s.channel(key),
-			ki.floor())
+			ki.floor(), batch)
 		for i := range events {
 			args = append(args, events[i].Type, rueidis.BinaryString(events[i].Data))
 		}
 		v, err := luaAppend.Exec(ctx, s.c, []string{b + "s"}, args).AsIntSlice()
+		// An error that is not Redis's answer leaves the append unsure:
+		// it may have run. Retried with the same events, it reuses the
+		// batch ID, and does not append them twice.
+		_, answered := rueidis.IsRedisErr(err)
+		ki.settle(fp, batch, err != nil && !answered)
 		if err != nil {
 			return mapErr(err)
 		}
@@ -666,6 +730,11 @@ func (s *Store) Append(ctx context.Context, key string, terminal bool, events ..
 		s.c.Do(context.WithoutCancel(ctx), s.c.B().Pexpire().Key(s.indexKey(key)).Milliseconds(ttl).Build())
 	}
 	return last, nil
+}
+
+// nextBatch returns a new batch ID.
+func (s *Store) nextBatch() string {
+	return s.batchPrefix + strconv.FormatUint(s.batches.Add(1), 36)
 }
 
 // Read implements [eventlog.Log]. Data of the returned events aliases the
