@@ -68,6 +68,13 @@ func (h *Handler) removeUnmade() {
 			if h.ctx.Err() != nil {
 				continue // ends the loop
 			}
+			if !errors.Is(err, eventlog.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
+				// Not a store out of reach: retrying would not help, and
+				// would hold up the others.
+				h.log.Error("removing the record of a session whose creation failed; left to the sweep", logSession, id, "err", err)
+				h.unmadeDone(id)
+				continue
+			}
 			if !failing {
 				h.log.Warn("removing the record of a session whose creation failed; retrying", logSession, id, "err", err)
 				failing = true
@@ -86,10 +93,16 @@ func (h *Handler) removeUnmade() {
 			h.log.Info("the store answers again; removing the records of sessions whose creation failed", "forgotten", lost)
 			failing = false
 		}
-		h.unmadeMu.Lock()
-		if len(h.unmade) > 0 && h.unmade[0] == id {
-			h.unmade = h.unmade[1:]
-		}
-		h.unmadeMu.Unlock()
+		h.unmadeDone(id)
+	}
+}
+
+// unmadeDone takes id off the front of the queue, unless unmake dropped it
+// meanwhile.
+func (h *Handler) unmadeDone(id string) {
+	h.unmadeMu.Lock()
+	defer h.unmadeMu.Unlock()
+	if len(h.unmade) > 0 && h.unmade[0] == id {
+		h.unmade = h.unmade[1:]
 	}
 }
