@@ -62,6 +62,11 @@ func (h *Handler) sweep() int {
 		n := 0
 		for _, id := range ids {
 			gone, err := h.sweepOne(ctx, id)
+			if err != nil && !outOfReach(err) {
+				// This session's record, not the store: the others go on.
+				h.log.Warn("sweeping an idle session from the store; skipped", logSession, id, "err", err)
+				continue
+			}
 			if err != nil {
 				h.sweepFailed(err)
 				return removed
@@ -119,6 +124,12 @@ func (h *Handler) sweepOne(ctx context.Context, id string) (bool, error) {
 	}
 	h.log.Debug("session ended", logSession, id, logReason, "idle timeout (swept from the store)")
 	return true, nil
+}
+
+// outOfReach reports whether err says the store (or the Cluster) cannot be
+// reached now, rather than something about one session.
+func outOfReach(err error) bool {
+	return errors.Is(err, eventlog.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
 func (h *Handler) sweepFailed(err error) {

@@ -68,7 +68,7 @@ func (h *Handler) removeUnmade() {
 			if h.ctx.Err() != nil {
 				continue // ends the loop
 			}
-			if !errors.Is(err, eventlog.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
+			if !outOfReach(err) {
 				// Not a store out of reach: retrying would not help, and
 				// would hold up the others.
 				h.log.Error("removing the record of a session whose creation failed; left to the sweep", logSession, id, "err", err)

@@ -55,3 +55,53 @@ func TestUnmadeSkipsWhatRetryCannotCure(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// badRecord is a store whose record of one session cannot be read, for a
+// reason a retry does not cure, and which lists that session first.
+type badRecord struct {
+	*eventlog.Memory
+	id string
+}
+
+func (s badRecord) Session(ctx context.Context, id string) (*eventlog.Session, error) {
+	if id == s.id {
+		return nil, errors.New("the record cannot be decoded")
+	}
+	return s.Memory.Session(ctx, id)
+}
+
+func (s badRecord) IdleSessions(ctx context.Context, before time.Time, limit int) ([]string, error) {
+	ids, err := s.Memory.IdleSessions(ctx, before, limit)
+	var rest []string
+	for _, id := range ids {
+		if id != s.id {
+			rest = append(rest, id)
+		}
+	}
+	return append([]string{s.id}, rest...), err
+}
+
+// TestSweepSkipsWhatItCannotRead: a session whose record cannot be read
+// is skipped, and the sweep goes on with the others. Regression (before it
+// shipped): the sweep stopped at it, every time, so that nothing listed
+// after it was ever removed.
+func TestSweepSkipsWhatItCannotRead(t *testing.T) {
+	mem := eventlog.NewMemory(eventlog.Retention{})
+	h, err := New(Options{Backend: backend.Handler(http.NotFoundHandler()), Store: badRecord{mem, "bad"}, SessionIdleTimeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	long := time.Now().Add(-3 * time.Hour)
+	for _, id := range []string{"bad", "old"} {
+		if err := mem.CreateSession(t.Context(), &eventlog.Session{ID: id, Incarnation: 1, Created: long}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := h.sweep(); n != 1 {
+		t.Errorf("sweep removed %d sessions, want 1 (the readable one)", n)
+	}
+	if _, err := mem.Session(t.Context(), "old"); !errors.Is(err, eventlog.ErrNotFound) {
+		t.Errorf("the readable idle session after the sweep: %v, want ErrNotFound", err)
+	}
+}
