@@ -633,7 +633,7 @@ func (h *Handler) janitor() {
 // usedElsewhere reports whether the store says s has not expired although
 // it was not used here for the timeout: its client reads its streams from
 // another replica, which records the uses. s's last use moves up to the
-// recorded one. A store that cannot tell now keeps s until the next look.
+// recorded one. A store out of reach keeps s until the next look.
 func (h *Handler) usedElsewhere(s *session) bool {
 	ctx, cancel := context.WithTimeout(h.ctx, h.leaseTTL)
 	defer cancel()
@@ -642,7 +642,7 @@ func (h *Handler) usedElsewhere(s *session) bool {
 	case errors.Is(err, eventlog.ErrNotFound):
 		return false
 	case err != nil:
-		return h.ctx.Err() == nil
+		return outOfReach(err) && h.ctx.Err() == nil
 	}
 	if h.expired(rec) { // as a restore elsewhere would find it
 		return false
