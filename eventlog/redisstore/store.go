@@ -102,31 +102,48 @@ type keyInfo struct {
 	unsureBatch string
 }
 
-// batchFor returns the batch ID of an append of events with fingerprint
-// fp: the unsure append's if fp is its fingerprint (a retry), else next.
-func (ki *keyInfo) batchFor(fp uint64, next func() string) string {
+// batchFor returns the batch ID of an append: the unsure append's if fp
+// (summed only then: most appends follow a sure one) says these are its
+// events (a retry), else next.
+func (ki *keyInfo) batchFor(fp *appendPrint, next func() string) string {
 	ki.mu.Lock()
 	defer ki.mu.Unlock()
-	if ki.unsureBatch != "" && ki.unsureFP == fp {
+	if ki.unsureBatch != "" && ki.unsureFP == fp.sum() {
 		return ki.unsureBatch
 	}
 	return next()
 }
 
 // settle records the outcome of an append of batch: unsure (it may or may
-// not have run) or known (done, or refused by Redis).
-func (ki *keyInfo) settle(fp uint64, batch string, unsure bool) {
+// not have run; fp is then summed) or known (done, or refused by Redis).
+func (ki *keyInfo) settle(fp *appendPrint, batch string, unsure bool) {
 	ki.mu.Lock()
 	defer ki.mu.Unlock()
 	if unsure {
-		ki.unsureFP, ki.unsureBatch = fp, batch
+		ki.unsureFP, ki.unsureBatch = fp.sum(), batch
 	} else {
 		ki.unsureFP, ki.unsureBatch = 0, ""
 	}
 }
 
-// fingerprint identifies an append's events (and whether it ends the
-// stream) for batchFor: the same events give the same fingerprint.
+// appendPrint is the fingerprint of an append's events (and whether it
+// ends the stream) for batchFor: the same events give the same sum. It
+// reads every byte of the events, so it is computed only when asked for:
+// when an append is unsure, or follows one.
+type appendPrint struct {
+	terminal bool
+	events   []eventlog.Event
+	v        uint64
+	done     bool
+}
+
+func (p *appendPrint) sum() uint64 {
+	if !p.done {
+		p.v, p.done = fingerprint(p.terminal, p.events), true
+	}
+	return p.v
+}
+
 func fingerprint(terminal bool, events []eventlog.Event) uint64 {
 	h := fnv.New64a()
 	if terminal {
@@ -692,7 +709,7 @@ func (s *Store) Append(ctx context.Context, key string, terminal bool, events ..
 		term = "1"
 	}
 	var last uint64
-	fp := fingerprint(terminal, events)
+	fp := &appendPrint{terminal: terminal, events: events}
 	err := s.onStream(ctx, key, func(ki *keyInfo) error {
 		b := s.base(ki.sid)
 		batch := ki.batchFor(fp, s.nextBatch)
