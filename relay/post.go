@@ -217,7 +217,7 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, body []byte
 	}
 	if err := h.createSession(r, s, m.Params); err != nil {
 		bs.Close()
-		if errors.Is(err, eventlog.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+		if storeDown(err) {
 			h.log.Error("creating a session: the event log takes no writes", "err", err)
 			writeUnavailable(w)
 			return
@@ -409,7 +409,7 @@ func (h *Handler) openCallStream(r *http.Request, s *session, gen uint64, ids []
 // disk, Redis out of reach within the lease) is a 503: the client sends
 // the requests again later.
 func (h *Handler) writeStreamError(w http.ResponseWriter, s *session, ids []json.RawMessage, err error) {
-	if errors.Is(err, eventlog.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+	if storeDown(err) {
 		h.log.Error("a call's stream: the event log takes no writes", logSession, s.id, "err", err)
 		writeUnavailable(w)
 		return

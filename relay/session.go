@@ -242,8 +242,9 @@ type toucher interface {
 // own the session, call it while it is).
 func (h *Handler) recordUse(s *session) {
 	timeout := h.opts.SessionIdleTimeout
-	if timeout <= 0 {
-		return
+	tc, touches := h.store.(toucher)
+	if timeout <= 0 || !touches && s.owner != "" {
+		return // without TouchSession only the owner writes the record
 	}
 	now := time.Now()
 	last := s.recorded.Load()
@@ -254,11 +255,11 @@ func (h *Handler) recordUse(s *session) {
 		ctx, cancel := context.WithTimeout(h.ctx, 10*time.Second)
 		defer cancel()
 		var err error
-		if tc, ok := h.store.(toucher); ok {
+		if touches {
 			err = tc.TouchSession(ctx, s.id, now)
 		} else {
 			// Read, modify, write: a store without TouchSession, with
-			// one writer per session (not a replica that does not own it).
+			// the owner as the record's one writer.
 			var rec *eventlog.Session
 			if rec, err = h.store.Session(ctx, s.id); err == nil {
 				rec.LastUsed = now
@@ -283,6 +284,19 @@ var errUnavailable = errors.New("relay: session temporarily unavailable")
 func writeUnavailable(w http.ResponseWriter) {
 	w.Header().Set("Retry-After", "1")
 	httpError(w, http.StatusServiceUnavailable, "Service Unavailable: the session cannot be served right now; retry")
+}
+
+// storeDown reports whether err says the store (or the Cluster) gave no
+// answer now: out of reach, or slower than the caller's bound. The request
+// can be sent again later (503), unlike a failure about one session.
+func storeDown(err error) bool {
+	return errors.Is(err, eventlog.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// outOfReach is storeDown, or the caller gave up (Close): background work
+// stops, rather than skip the session as if its record were at fault.
+func outOfReach(err error) bool {
+	return storeDown(err) || errors.Is(err, context.Canceled)
 }
 
 // newStream creates a stream of the session's current incarnation in the

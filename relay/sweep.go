@@ -39,10 +39,11 @@ func sweepEvery(timeout time.Duration) time.Duration {
 
 // sweep removes from the store the sessions idle past the timeout that no
 // process serves: not live or being restored here, and with replicas, not
-// leased by any (the sweep takes the lease itself). A session is removed only if its record, read again, says
-// it expired, exactly as a request for it would find it (restore deletes
-// it then); such a record never becomes current again, since only a
-// session that is served records its use. It returns how many it removed.
+// leased by any (the sweep takes the lease itself). A session is removed
+// only if its record, read again, says it expired, exactly as a request
+// for it would find it (restore deletes it then); such a record never
+// becomes current again, since only a session that is served records its
+// use. It returns how many it removed.
 func (h *Handler) sweep() int {
 	lister, ok := h.store.(idleLister)
 	timeout := h.opts.SessionIdleTimeout
@@ -124,12 +125,6 @@ func (h *Handler) sweepOne(ctx context.Context, id string) (bool, error) {
 	}
 	h.log.Debug("session ended", logSession, id, logReason, "idle timeout (swept from the store)")
 	return true, nil
-}
-
-// outOfReach reports whether err says the store (or the Cluster) cannot be
-// reached now, rather than something about one session.
-func outOfReach(err error) bool {
-	return errors.Is(err, eventlog.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
 func (h *Handler) sweepFailed(err error) {
