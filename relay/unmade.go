@@ -11,9 +11,10 @@ import (
 // A session whose creation failed may still be in the store: a write the
 // store made but whose answer was lost (a timeout, a partition) looks like
 // one it never made. Nobody can use such a record (the client never learned
-// the session's ID) and nothing else would remove it (no sweep walks the
-// store), so the relay removes it itself: off the client's path, which
-// gets its 503 at once, and again until the store answers.
+// the session's ID), and only the sweep of idle sessions would remove it,
+// an idle timeout later (never, from Redis, if its index entry was not
+// written), so the relay removes it now: off the client's path, which gets
+// its 503 at once, and again until the store answers.
 
 // maxUnmade bounds the sessions waiting for removal; past it, during a long
 // outage of the store, the oldest are forgotten (the sweep of idle sessions
