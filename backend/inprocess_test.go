@@ -208,6 +208,25 @@ func goroutineID() string {
 	return f[1] // "goroutine N [running]:"
 }
 
+// waitParked waits until a worker waits for a job. The response reaches the
+// caller before its worker is back at the select: a sleep of a millisecond
+// was not always enough under -race on a busy machine.
+func waitParked(t *testing.T) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.Contains(g, "[select") && strings.Contains(g, ").work(") {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no worker waits for a job 5s after a request")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // TestInProcessWorkers: handlers run on goroutines kept between requests
 // (one after another: the same goroutine, whose stack has grown once), and
 // those goroutines end once idle, so an idle relay keeps none.
@@ -229,7 +248,7 @@ func TestInProcessWorkers(t *testing.T) {
 		}
 		io.ReadAll(resp.Body)
 		resp.Body.Close()
-		time.Sleep(time.Millisecond) // the worker is waiting again
+		waitParked(t) // the worker is waiting again
 	}
 	if len(seen) != 1 {
 		t.Errorf("20 requests one after another ran on %d goroutines, want 1: %v", len(seen), seen)
