@@ -48,6 +48,11 @@ type Session struct {
 	// (the relay records it at most every few minutes); zero means Created.
 	// A session idle past the relay's timeout is not restored.
 	LastUsed time.Time
+	// Listening is set once a client of the session opened a GET stream:
+	// from then on every incarnation of its backend session receives the
+	// backend's unrelated messages (see the relay's design document, When
+	// the backend's GET stream is open). It is never cleared.
+	Listening bool
 }
 
 // LastUse is when the session was last used as its record says: LastUsed,

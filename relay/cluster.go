@@ -426,6 +426,7 @@ func (h *Handler) remoteView(ctx context.Context, rec *eventlog.Session, owner s
 		version:     rec.ProtocolVersion,
 		incarnation: rec.Incarnation,
 		owner:       owner,
+		listening:   rec.Listening,
 	}
 	s.recorded.Store(rec.LastUse().UnixNano())
 	sts, err := h.store.Streams(ctx, rec.ID)

@@ -63,7 +63,11 @@ func (h *Handler) checkForwarded(r *http.Request, body []byte) (forwarded bool, 
 	if d := time.Since(time.UnixMilli(ms)); d > forwardSkew || d < -forwardSkew {
 		return false, errBadForward
 	}
-	want := h.forwardMAC(ts, r.Method, r.Header.Get(headerSessionID), h.principal(r), body)
+	method := r.Method
+	if r.Header.Get(headerListen) != "" {
+		method = methodListen
+	}
+	want := h.forwardMAC(ts, method, r.Header.Get(headerSessionID), h.principal(r), body)
 	if !hmac.Equal([]byte(mac), []byte(want)) {
 		return false, errBadForward
 	}

@@ -11,6 +11,10 @@ import (
 )
 
 func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request) {
+	if isForwarded(r) && r.Header.Get(headerListen) != "" {
+		h.serveListen(w, r)
+		return
+	}
 	if _, sseOK := accepts(r); !sseOK {
 		httpError(w, http.StatusNotAcceptable, "Accept must list text/event-stream")
 		return
@@ -37,8 +41,9 @@ func (h *Handler) serveGET(w http.ResponseWriter, r *http.Request) {
 	if s != nil && !h.checkVersion(w, r, s) {
 		return
 	}
-	if s != nil {
-		s.listen()
+	if s != nil && h.listen(r, s) != nil {
+		writeUnavailable(w)
+		return
 	}
 	in := resume.Input{HasSessionHeader: sid != ""}
 	if s != nil {
@@ -126,8 +131,12 @@ func (h *Handler) serveStandalone(w http.ResponseWriter, r *http.Request, sid st
 		status(http.StatusBadRequest)
 		return
 	}
+	if h.listen(r, s) != nil {
+		status(http.StatusServiceUnavailable)
+		writeUnavailable(w)
+		return
+	}
 	status(http.StatusOK)
-	s.listen()
 	s.mu.Lock()
 	st := s.standalone
 	s.mu.Unlock()

@@ -242,12 +242,7 @@ func (h *Handler) recordState(ctx context.Context, s *session, m message, raw []
 	}
 	s.replay = kept
 	s.mu.Unlock()
-	rec, err := h.store.Session(ctx, s.id)
-	if err != nil {
-		return
-	}
-	rec.Replay = kept
-	if err := h.store.UpdateSession(ctx, rec); err != nil {
+	if err := h.rewriteRecord(ctx, s, func(rec *eventlog.Session) { rec.Replay = kept }); err != nil && !errors.Is(err, eventlog.ErrNotFound) {
 		h.log.Error("recording a state-setting request", logSession, s.id, "err", err)
 	}
 }
@@ -435,15 +430,27 @@ func (h *Handler) nextIncarnation(ctx context.Context, s *session, rec *eventlog
 	if err := bs.Notify(ctx, initializedNote); err != nil {
 		return fail(err)
 	}
-	if s.isListening() || h.cluster != nil {
+	// A session listens from its client's first GET on, in every
+	// incarnation, here or on the replica that restores it.
+	s.mu.Lock()
+	s.listening = s.listening || rec.Listening
+	listening := s.listening
+	s.mu.Unlock()
+	if listening {
 		bs.Listen()
 	}
 	if err := h.replayState(ctx, s, bs); err != nil {
 		return fail(err)
 	}
 	rec.Incarnation, rec.Upstream = gen, bs.Handle()
+	rec.Listening = listening
 	if err := h.store.UpdateSession(ctx, rec); err != nil {
 		return fail(fmt.Errorf("recording incarnation %d: %w", gen, err))
+	}
+	if listening {
+		s.mu.Lock()
+		s.listenStored = true
+		s.mu.Unlock()
 	}
 	standalone, err = h.newStream(ctx, s, gen, true, nil)
 	if err != nil {

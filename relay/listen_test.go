@@ -1,7 +1,9 @@
 package relay_test
 
 import (
+	"maps"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcprelay/mcprelay/backend"
+	"github.com/mcprelay/mcprelay/eventlog"
 	"github.com/mcprelay/mcprelay/internal/mcptest"
 	"github.com/mcprelay/mcprelay/relay"
 )
@@ -61,5 +64,76 @@ func TestBackendGETOpensWithTheClientsGET(t *testing.T) {
 	waitGETs(2)
 	if n := e.relay.Counts()["reincarnation"]; n != 1 {
 		t.Fatalf("%d re-creations, want 1", n)
+	}
+}
+
+// TestRestoredSessionListens: a session whose client opened a GET listens
+// again as soon as a restarted relay restores it, before the client opens
+// a GET again (the store's record says it listens); one whose client never
+// listened still opens no backend GET.
+func TestRestoredSessionListens(t *testing.T) {
+	var mu sync.Mutex
+	listened := map[string]bool{} // backend sessions that got a GET
+	sdk := backend.SDKHandler(testServer(nil), nil)
+	counting := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			mu.Lock()
+			listened[r.Header.Get("Mcp-Session-Id")] = true
+			mu.Unlock()
+		}
+		sdk.ServeHTTP(w, r)
+	})
+	store := eventlog.NewMemory(eventlog.Retention{})
+	rr := serveRestartable(t, func() *relay.Handler {
+		h, err := relay.New(relay.Options{Backend: backend.Handler(counting), Store: store, Secret: testSecret})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	})
+	e := &env{t: t, client: http.DefaultClient, url: rr.url}
+	old := map[string]bool{} // backend sessions of the relay before the restart
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for id := range listened {
+			if !old[id] {
+				n++
+			}
+		}
+		return n
+	}
+	waitListened := func(want int) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); count() < want; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d backend sessions got a GET, want %d", count(), want)
+			}
+		}
+	}
+	deaf := e.initialize("2025-11-25", "")
+	s := e.initialize("2025-11-25", "")
+	get := s.get("")
+	waitListened(1)
+	get.Body.Close()
+
+	// The old relay's backend sessions are not closed by a restart (as by
+	// a kill -9; its backend GET reconnects once the new relay discards
+	// the session): only new backend sessions count from here.
+	mu.Lock()
+	maps.Copy(old, listened)
+	mu.Unlock()
+	rr.restart()
+	for _, c := range []*rawSession{deaf, s} {
+		_, resp := c.call(1, 0, false) // restores the session
+		if evs, ended := events(t, resp, 0, 10*time.Second); !ended {
+			t.Fatalf("call after the restart: %+v", evs)
+		}
+	}
+	waitListened(1)
+	time.Sleep(200 * time.Millisecond)
+	if n := count(); n != 1 {
+		t.Fatalf("%d new backend sessions got a GET, want 1: the session that never listened opened one", n)
 	}
 }

@@ -211,10 +211,6 @@ func (h *Handler) initialize(w http.ResponseWriter, r *http.Request, body []byte
 	}
 	s.version = version
 	s.backend = bs
-	if h.cluster != nil {
-		s.listening = true
-		bs.Listen()
-	}
 	if err := h.createSession(r, s, m.Params); err != nil {
 		bs.Close()
 		if storeDown(err) {

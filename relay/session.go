@@ -28,18 +28,19 @@ type session struct {
 	authz     string // Authorization forwarded to the backend (Options.ForwardAuthorization)
 	limitKey  string // what Options.Limits counts it under
 
-	reinitMu sync.Mutex // serializes re-creation of the backend side
+	reinitMu sync.Mutex // serializes re-creation of the backend side and rewrites of the record (rewriteRecord)
 
-	mu          sync.Mutex
-	incarnation uint64
-	backend     backend.Session      // this incarnation's backend session
-	standalone  *stream              // current standalone (GET) stream
-	inflight    map[*stream]struct{} // request streams awaiting their response
-	closed      bool
-	listening   bool              // the backend's unrelated messages are received (see listen)
-	open        atomic.Int32      // client streams being served (here, not below: no padding)
-	replay      []json.RawMessage // state-setting requests, replayed to each new incarnation
-	recreated   []time.Time       // when the backend side was re-created, within recreationWindow
+	mu           sync.Mutex
+	incarnation  uint64
+	backend      backend.Session      // this incarnation's backend session
+	standalone   *stream              // current standalone (GET) stream
+	inflight     map[*stream]struct{} // request streams awaiting their response
+	closed       bool
+	listening    bool              // the backend's unrelated messages are received (see listen)
+	listenStored bool              // the record says so (eventlog.Session.Listening)
+	open         atomic.Int32      // client streams being served (here, not below: no padding)
+	replay       []json.RawMessage // state-setting requests, replayed to each new incarnation
+	recreated    []time.Time       // when the backend side was re-created, within recreationWindow
 
 	lastSeen atomic.Int64 // unix nanos of the last request
 	recorded atomic.Int64 // unix nanos of the LastUsed last written to the store
@@ -56,31 +57,6 @@ type session struct {
 }
 
 func (s *session) touch() { s.lastSeen.Store(time.Now().UnixNano()) }
-
-// listen makes s's backend sessions, this one and every later incarnation,
-// receive the backend's unrelated messages (backend.Session.Listen). The
-// relay asks for them from a session's first GET on: only a client that
-// opens a GET stream can be sent them (a client of the backend itself
-// that opens none is not either), and from then on they wait in the log
-// while the client is away. A session whose client never opens a GET costs
-// no backend GET stream. With a Cluster every session listens from the
-// start: a GET may reach another replica than the owner.
-func (s *session) listen() {
-	s.mu.Lock()
-	first := !s.listening
-	s.listening = true
-	bs := s.backend
-	s.mu.Unlock()
-	if first && bs != nil {
-		bs.Listen()
-	}
-}
-
-func (s *session) isListening() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.listening
-}
 
 // current returns the incarnation and its backend session.
 func (s *session) current() (gen uint64, bs backend.Session) {
@@ -260,11 +236,7 @@ func (h *Handler) recordUse(s *session) {
 		} else {
 			// Read, modify, write: a store without TouchSession, with
 			// the owner as the record's one writer.
-			var rec *eventlog.Session
-			if rec, err = h.store.Session(ctx, s.id); err == nil {
-				rec.LastUsed = now
-				err = h.store.UpdateSession(ctx, rec)
-			}
+			err = h.rewriteRecord(ctx, s, func(rec *eventlog.Session) { rec.LastUsed = now })
 		}
 		if err != nil && !errors.Is(err, eventlog.ErrNotFound) && !errors.Is(err, context.Canceled) {
 			h.log.Warn("recording a session's last use", logSession, s.id, "err", err)

@@ -245,15 +245,22 @@ func encodeSession(num uint64, s *eventlog.Session) []byte {
 		created, _ = s.Created.UTC().MarshalBinary()
 	}
 	b = appendBytes(b, created, false)
-	if s.LastUsed.IsZero() {
+	if s.LastUsed.IsZero() && !s.Listening {
 		return b // records written before LastUsed existed end here too
 	}
 	used, err := s.LastUsed.MarshalBinary()
 	if err != nil {
 		used, _ = s.LastUsed.UTC().MarshalBinary()
 	}
-	return appendBytes(b, used, false)
+	b = appendBytes(b, used, false)
+	if !s.Listening {
+		return b // records written before flags existed end here too
+	}
+	return binary.AppendUvarint(b, flagListening)
 }
+
+// flagListening is bit 0 of a session record's flags (after LastUsed).
+const flagListening = 1
 
 // decodeSession decodes a value written by encodeSession.
 func decodeSession(id string, v []byte) (num uint64, s *eventlog.Session, err error) {
@@ -284,6 +291,9 @@ func decodeSession(id string, v []byte) (num uint64, s *eventlog.Session, err er
 		if err := s.LastUsed.UnmarshalBinary(d.raw(d.uvarint())); err != nil || d.err != nil {
 			return 0, nil, ErrCorrupt
 		}
+	}
+	if d.err == nil && len(d.b) > 0 {
+		s.Listening = d.uvarint()&flagListening != 0
 	}
 	if d.err != nil {
 		return 0, nil, d.err

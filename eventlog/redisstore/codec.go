@@ -30,12 +30,19 @@ func encodeSession(s *eventlog.Session) []byte {
 	}
 	t, _ := s.Created.MarshalBinary() // fails only for offsets that are not whole minutes
 	b = appendBytes(b, t, false)
-	if s.LastUsed.IsZero() {
+	if s.LastUsed.IsZero() && !s.Listening {
 		return b // records written before LastUsed existed end here too
 	}
 	u, _ := s.LastUsed.MarshalBinary()
-	return appendBytes(b, u, false)
+	b = appendBytes(b, u, false)
+	if !s.Listening {
+		return b // records written before flags existed end here too
+	}
+	return binary.AppendUvarint(b, flagListening)
 }
+
+// flagListening is bit 0 of a session record's flags (after LastUsed).
+const flagListening = 1
 
 // decodeSession decodes a record made by encodeSession. The result shares no
 // memory with b.
@@ -70,6 +77,9 @@ func decodeSession(id string, b []byte) (*eventlog.Session, error) {
 				return nil, ErrCorrupt
 			}
 		}
+	}
+	if !d.bad && len(d.b) > 0 {
+		s.Listening = d.uvarint()&flagListening != 0
 	}
 	if d.bad || len(d.b) != 0 {
 		return nil, ErrCorrupt

@@ -164,8 +164,9 @@ func fullSession(id string) *eventlog.Session {
 			json.RawMessage(`{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"debug"}}`),
 			json.RawMessage(`{"jsonrpc":"2.0","id":2,"method":"resources/subscribe","params":{"uri":"test://x"}}`),
 		},
-		Created:  time.Date(2026, 7, 1, 12, 30, 0, 123456789, time.UTC),
-		LastUsed: time.Date(2026, 7, 2, 8, 0, 0, 987654321, time.UTC),
+		Created:   time.Date(2026, 7, 1, 12, 30, 0, 123456789, time.UTC),
+		LastUsed:  time.Date(2026, 7, 2, 8, 0, 0, 987654321, time.UTC),
+		Listening: true,
 	}
 }
 
@@ -269,6 +270,8 @@ func sessionDiff(got, want *eventlog.Session) string {
 		return fmt.Sprintf("Created %v, want %v", got.Created, want.Created)
 	case !got.LastUsed.Equal(want.LastUsed):
 		return fmt.Sprintf("LastUsed %v, want %v", got.LastUsed, want.LastUsed)
+	case got.Listening != want.Listening:
+		return fmt.Sprintf("Listening %v, want %v", got.Listening, want.Listening)
 	}
 	return ""
 }
@@ -468,6 +471,7 @@ func (s suite) sessionRoundTrip(t *testing.T) {
 		{"all fields", fullSession("s-full")},
 		{"anonymous minimal", &eventlog.Session{ID: "s-min", Incarnation: 1}},
 		{"long id", &eventlog.Session{ID: string(bytes.Repeat([]byte{'k'}, 200)), Incarnation: 7}},
+		{"listening, never used", &eventlog.Session{ID: "s-listen", Incarnation: 1, Created: time.Date(2026, 7, 1, 0, 0, 0, 0, time.UTC), Listening: true}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -544,6 +548,7 @@ func (s suite) sessionUpdate(t *testing.T) {
 	upd.Upstream = ""
 	upd.ProtocolVersion = "2025-11-25"
 	upd.Replay = append(upd.Replay, json.RawMessage(`{"jsonrpc":"2.0","id":3,"method":"resources/subscribe","params":{"uri":"test://y"}}`))
+	upd.Listening = false
 	if err := st.UpdateSession(t.Context(), upd); err != nil {
 		t.Fatalf("UpdateSession: %v", err)
 	}
