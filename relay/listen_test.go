@@ -3,6 +3,7 @@ package relay_test
 import (
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -135,5 +136,45 @@ func TestRestoredSessionListens(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	if n := count(); n != 1 {
 		t.Fatalf("%d new backend sessions got a GET, want 1: the session that never listened opened one", n)
+	}
+}
+
+// TestCloseEndsBackendStreams: Close ends the backend's GET streams of the
+// sessions it served, also without replicas (whose sessions stay in the
+// store for the next process): no request of a closed relay's stays open
+// on the backend, and no goroutine of its lives on. Regression: the
+// backend's GET stayed open after Close, and reconnected when it ended.
+func TestCloseEndsBackendStreams(t *testing.T) {
+	var open atomic.Int32
+	sdk := backend.SDKHandler(testServer(nil), nil)
+	counting := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			open.Add(1)
+			defer open.Add(-1)
+		}
+		sdk.ServeHTTP(w, r)
+	})
+	h, err := relay.New(relay.Options{Backend: backend.Handler(counting), Store: eventlog.NewMemory(eventlog.Retention{}), Secret: testSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	e := &env{t: t, client: http.DefaultClient, url: srv.URL}
+	for range 3 {
+		s := e.initialize("2025-11-25", "")
+		get := s.get("")
+		defer get.Body.Close()
+	}
+	for deadline := time.Now().Add(5 * time.Second); open.Load() < 3; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d backend GETs open, want 3", open.Load())
+		}
+	}
+	h.Close()
+	for deadline := time.Now().Add(5 * time.Second); open.Load() > 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d backend GETs still open 5s after Close", open.Load())
+		}
 	}
 }

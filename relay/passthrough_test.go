@@ -98,6 +98,20 @@ func TestUpstreamHeaders(t *testing.T) {
 			// Restart: the session is restored by a request with a
 			// refreshed token.
 			rs.restart()
+			// The closed relay ends its backend session (Close does not
+			// wait for that), under the session's own headers.
+			var closing []mcptest.Recorded
+			for deadline := time.Now().Add(5 * time.Second); !slices.ContainsFunc(closing, func(r mcptest.Recorded) bool { return r.Method == "DELETE" }); time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the closed relay did not DELETE its backend session: %+v", closing)
+				}
+				closing = append(closing, seen.Take()...)
+			}
+			for _, r := range closing {
+				if r.Method != "DELETE" || r.Values[0] != tc.want("Bearer t1") || r.Values[1] != tc.apiKey {
+					t.Errorf("closing the old relay: %s %s carried Authorization %q, X-Api-Key %q; want DELETE with %q, %q", r.Method, r.Path, r.Values[0], r.Values[1], tc.want("Bearer t1"), tc.apiKey)
+				}
+			}
 			be.Restart()
 			s.auth = "Bearer t2"
 			_, resp = s.call(1, 0, false)

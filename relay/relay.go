@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -331,8 +332,11 @@ func (h *Handler) callContext() (context.Context, context.CancelFunc) {
 }
 
 // Close ends streams (as Shutdown does) and stops the relay's background
-// work and backend calls. It does not close the Store or the backend
-// connector.
+// work and backend calls, and closes the backend sessions it holds: their
+// GET streams end. Without a Cluster the sessions themselves stay in the
+// store (a later relay on it re-creates their backend side), and Close
+// does not wait for their backend sessions' DELETEs. It does not close the
+// Store or the backend connector.
 func (h *Handler) Close() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // no draining
@@ -349,6 +353,22 @@ func (h *Handler) Close() error {
 	// returns, so that nothing of theirs (a GET stream, a liveness ping
 	// under the client's credentials) reaches the backend after it; a
 	// backend that does not answer is waited for a few seconds at most.
+	if h.cluster == nil {
+		// Without replicas the sessions stay in the store for the next
+		// process, which re-creates their backend side; what this one
+		// opened on the backend ends with it, as at its exit. Their GET
+		// streams stop at once; Close does not wait for the DELETEs (a
+		// backend may hold one until a call that ignores its cancellation
+		// ends, and this process's sessions are not the next one's).
+		h.mu.RLock()
+		live := slices.Collect(maps.Values(h.sessions))
+		h.mu.RUnlock()
+		for _, s := range live {
+			if _, bs := s.current(); bs != nil {
+				go bs.Close()
+			}
+		}
+	}
 	h.mu.Lock()
 	h.closed = true
 	h.mu.Unlock()
