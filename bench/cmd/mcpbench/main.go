@@ -447,10 +447,14 @@ func runTarget(exe string, cfg config, run int, name string, res *results) {
 	if cfg.has("first") || cfg.has("mem") {
 		sessionWorkloads(exe, cfg, run, name, res)
 	}
-	if t.external && cfg.has("idle") {
+	idle := cfg.has("idle") && !t.external && !t.childPerSession
+	switch {
+	case t.external && cfg.has("idle"):
 		fail("idle", errors.New("no in-process memory figures from a server that is not Go: see the mem workload"))
+	case t.childPerSession && cfg.has("idle"):
+		fail("idle", fmt.Errorf("not run: a process per session, and %d processes do not fit this machine (a run was killed for memory with 3,600 open): see the mem workload", cfg.idleSessions))
 	}
-	if !(cfg.has("idle") && !t.external) && !(cfg.has("resume") && t.resumable) {
+	if !idle && !(cfg.has("resume") && t.resumable) {
 		return
 	}
 	srv, c := startWarm(exe, cfg, name, "idle", fail)
@@ -459,7 +463,7 @@ func runTarget(exe string, cfg config, run int, name string, res *results) {
 	}
 	defer srv.stop()
 	defer c.CloseIdle()
-	if cfg.has("idle") {
+	if idle {
 		cfg.logf("run %d %s idle (%d sessions)", run+1, name, cfg.idleSessions)
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
 		r, closeAll, err := load.Idle(ctx, c, cfg.idleSessions, cfg.idleStreams, load.FetchMem(srv.url+"/debug/mem"))

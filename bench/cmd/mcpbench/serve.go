@@ -25,24 +25,28 @@ type target struct {
 	desc      string
 	resumable bool // resumption is worth measuring (an event store)
 	external  bool // not a Go handler: served by another program (startServer), never in process
+	// childPerSession: every session is a process of its own (a stdio
+	// child), so the idle workload's thousands of sessions are not run:
+	// they exhausted the machine's memory (see the mem workload).
+	childPerSession bool
 }
 
 // baseline is the target every ratio is taken against.
 const baseline = "raw"
 
 var targets = []target{
-	{"raw", "net/http with a minimal SSE/JSON handler doing no MCP work (peers.Minimal), flushing after every event: the limit, and the baseline of every ratio", true, false},
-	{"raw-batched", "the same handler flushing only when its 32 KiB buffer fills and at the end of a stream", true, false},
-	{"relay-example", "mcprelay (memory store) in front of its in-process example server, backend.SDK(exampleserver.New(nil), nil) as in `mcprelay serve`", true, false},
-	{"relay-minimal", "mcprelay (memory store) in front of peers.Minimal in process (batched writes, GET answered 405): the relay's own cost", true, false},
-	{"relay-disk", "mcprelay as `mcprelay serve` runs by default: the example server in process, the Pebble store with --sync always", true, false},
-	{"relay-stdio", "mcprelay (memory store) in front of the example server as a stdio child per session (mcprelay serve -- COMMAND)", true, false},
-	{"relay-redis", "one mcprelay replica on a private Redis (redisstore, leases), the example server in process", true, false},
-	{"relay-redis3", "three mcprelay replicas on one Redis in one process, each request handed to the next replica in turn (no affinity): POSTs forwarded to the session's owner, GETs served from the shared log", true, false},
-	{"gosdk", "official Go SDK v1.8.0 StreamableHTTPHandler, no event store", false, false},
-	{"gosdk-store", "official Go SDK v1.8.0 StreamableHTTPHandler with MemoryEventStore (default limits)", true, false},
-	{"mcpgo", "mcp-go v1.2.1 StreamableHTTPServer, no event store", false, false},
-	{"mcpgo-store", "mcp-go v1.2.1 StreamableHTTPServer with InMemoryEventStore", true, false},
+	{name: "raw", desc: "net/http with a minimal SSE/JSON handler doing no MCP work (peers.Minimal), flushing after every event: the limit, and the baseline of every ratio", resumable: true},
+	{name: "raw-batched", desc: "the same handler flushing only when its 32 KiB buffer fills and at the end of a stream", resumable: true},
+	{name: "relay-example", desc: "mcprelay (memory store) in front of its in-process example server, backend.SDK(exampleserver.New(nil), nil) as in `mcprelay serve`", resumable: true},
+	{name: "relay-minimal", desc: "mcprelay (memory store) in front of peers.Minimal in process (batched writes, GET answered 405): the relay's own cost", resumable: true},
+	{name: "relay-disk", desc: "mcprelay as `mcprelay serve` runs by default: the example server in process, the Pebble store with --sync always", resumable: true},
+	{name: "relay-stdio", desc: "mcprelay (memory store) in front of the example server as a stdio child per session (mcprelay serve -- COMMAND)", resumable: true, childPerSession: true},
+	{name: "relay-redis", desc: "one mcprelay replica on a private Redis (redisstore, leases), the example server in process", resumable: true},
+	{name: "relay-redis3", desc: "three mcprelay replicas on one Redis in one process, each request handed to the next replica in turn (no affinity): POSTs forwarded to the session's owner, GETs served from the shared log", resumable: true},
+	{name: "gosdk", desc: "official Go SDK v1.8.0 StreamableHTTPHandler, no event store", resumable: false},
+	{name: "gosdk-store", desc: "official Go SDK v1.8.0 StreamableHTTPHandler with MemoryEventStore (default limits)", resumable: true},
+	{name: "mcpgo", desc: "mcp-go v1.2.1 StreamableHTTPServer, no event store", resumable: false},
+	{name: "mcpgo-store", desc: "mcp-go v1.2.1 StreamableHTTPServer with InMemoryEventStore", resumable: true},
 	{name: "supergateway", desc: "supergateway 4.0.0 (Node, --stateful --outputTransport streamableHttp) in front of the same stdio child as relay-stdio, one per session", external: true},
 }
 
