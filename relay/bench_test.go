@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mcprelay/mcprelay/backend"
 	"github.com/mcprelay/mcprelay/eventlog"
@@ -139,6 +140,7 @@ func BenchmarkIdleSessions(b *testing.B) {
 			for range b.N {
 				url := benchTarget(b, viaRelay)
 				benchSession(b, url) // warm up
+				settle()             // the previous run's relay closing its backend sessions
 				var before, after runtime.MemStats
 				runtime.GC()
 				runtime.ReadMemStats(&before)
@@ -152,6 +154,22 @@ func BenchmarkIdleSessions(b *testing.B) {
 				b.ReportMetric(float64(runtime.NumGoroutine()-g0)/n, "goroutines/session")
 			}
 		})
+	}
+}
+
+// settle waits until the number of goroutines has not changed for 1.5 s
+// (20 s at most): a relay closed by an earlier run ends its backend
+// sessions in the background (Handler.Close does not wait for them), in
+// steps that paused for up to 500 ms, and its in-process handlers'
+// goroutines end a second after their last request. A measurement taken
+// meanwhile saw memory and goroutines go away (0.18 goroutines per session).
+func settle() {
+	n, since := runtime.NumGoroutine(), time.Now()
+	for deadline := time.Now().Add(20 * time.Second); time.Since(since) < 1500*time.Millisecond && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		if m := runtime.NumGoroutine(); m != n {
+			n, since = m, time.Now()
+		}
 	}
 }
 
