@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcprelay/mcprelay/eventlog"
@@ -91,9 +92,20 @@ const (
 	remotePoll = time.Second
 )
 
+// leaseHeld is the lease a replica holds on a session it owns, apart from
+// the session so that a relay without a Cluster does not carry it (an idle
+// session's struct is 48 bytes smaller).
+type leaseHeld struct {
+	lease Lease
+	until atomic.Int64 // unix nanos until which the replica may act on it
+	// failingSince is when the renewals of the lease began to fail (unix
+	// nanos of the first failed one in a row), zero while they succeed.
+	failingSince atomic.Int64
+}
+
 // leaseValid reports whether this replica may still act for s.
 func (s *session) leaseValid() bool {
-	return time.Now().UnixNano() < s.leaseUntil.Load()
+	return s.held != nil && time.Now().UnixNano() < s.held.until.Load()
 }
 
 // takeLease acquires s's lease for this replica. It returns a
@@ -104,8 +116,9 @@ func (h *Handler) takeLease(ctx context.Context, s *session) error {
 	if err != nil {
 		return err
 	}
-	s.lease = l
-	s.leaseUntil.Store(start.Add(h.leaseTTL - leaseMargin).UnixNano())
+	held := &leaseHeld{lease: l}
+	held.until.Store(start.Add(h.leaseTTL - leaseMargin).UnixNano())
+	s.held = held
 	return nil
 }
 
@@ -242,7 +255,7 @@ func (h *Handler) renewBatch(b leaseBatcher, sessions []*session) {
 	ids := make([]string, len(sessions))
 	leases := make([]Lease, len(sessions))
 	for i, s := range sessions {
-		ids[i], leases[i] = s.id, s.lease
+		ids[i], leases[i] = s.id, s.held.lease
 	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(h.ctx, h.leaseTTL/3)
@@ -274,15 +287,15 @@ func (h *Handler) renewBatch(b leaseBatcher, sessions []*session) {
 func (h *Handler) renewed(s *session, start time.Time, err error) {
 	switch {
 	case err == nil:
-		s.leaseUntil.Store(start.Add(h.leaseTTL - leaseMargin).UnixNano())
-		s.failingSince.Store(0)
+		s.held.until.Store(start.Add(h.leaseTTL - leaseMargin).UnixNano())
+		s.held.failingSince.Store(0)
 	case errors.Is(err, ErrLeaseLost):
 		h.dropLocal(s, "lease lost to another replica")
 	default:
 		h.metrics.renewFailures.Inc()
 		h.renewFails.note(err)
-		s.failingSince.CompareAndSwap(0, start.UnixNano())
-		if since := time.Since(time.Unix(0, s.failingSince.Load())); since >= h.leasePatience {
+		s.held.failingSince.CompareAndSwap(0, start.UnixNano())
+		if since := time.Since(time.Unix(0, s.held.failingSince.Load())); since >= h.leasePatience {
 			h.dropLocal(s, fmt.Sprintf("its lease could not be renewed for %v: %v", since.Round(time.Second), err))
 		}
 	}
@@ -340,7 +353,7 @@ func (f *renewFailures) report(log *slog.Logger, renewed int) {
 func (h *Handler) renew(ctx context.Context, s *session) error {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, h.leaseTTL/3)
-	err := h.cluster.Renew(ctx, s.id, s.lease, h.leaseTTL)
+	err := h.cluster.Renew(ctx, s.id, s.held.lease, h.leaseTTL)
 	cancel()
 	h.renewed(s, start, err)
 	return err
@@ -409,7 +422,7 @@ func (h *Handler) releaseAll(ctx context.Context) {
 	for _, s := range owned {
 		h.dropLocal(s, "replica shutting down")
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		if err := h.cluster.Release(rctx, s.id, s.lease); err != nil {
+		if err := h.cluster.Release(rctx, s.id, s.held.lease); err != nil {
 			h.log.Warn("releasing a session lease", logSession, s.id, "err", err)
 		}
 		cancel()
@@ -489,8 +502,8 @@ func (h *Handler) storeContext(ctx context.Context, s *session) (context.Context
 	switch {
 	case h.cluster == nil:
 		return context.WithCancel(ctx)
-	case s.owner != "":
+	case s.owner != "" || s.held == nil: // a view, or no lease yet
 		return context.WithTimeout(ctx, h.leaseTTL)
 	}
-	return context.WithDeadline(ctx, time.Unix(0, s.leaseUntil.Load()))
+	return context.WithDeadline(ctx, time.Unix(0, s.held.until.Load()))
 }

@@ -102,7 +102,7 @@ func (h *Handler) restore(r *http.Request, id string) (*session, error) {
 		}
 		// The record may have moved on while another replica owned it.
 		if rec, err = h.store.Session(ictx, id); err != nil {
-			h.cluster.Release(context.WithoutCancel(ictx), id, s.lease)
+			h.cluster.Release(context.WithoutCancel(ictx), id, s.held.lease)
 			if errors.Is(err, eventlog.ErrNotFound) {
 				return nil, nil
 			}
@@ -114,7 +114,7 @@ func (h *Handler) restore(r *http.Request, id string) (*session, error) {
 	gen, bs, st, err := h.nextIncarnation(ictx, s, rec)
 	if err != nil {
 		if h.cluster != nil {
-			h.cluster.Release(context.WithoutCancel(ictx), id, s.lease)
+			h.cluster.Release(context.WithoutCancel(ictx), id, s.held.lease)
 		}
 		h.log.Error("restoring a session: re-creating its backend", logSession, id, "err", err)
 		return nil, fmt.Errorf("%w: re-creating its backend: %w", errUnavailable, err)
@@ -126,7 +126,7 @@ func (h *Handler) restore(r *http.Request, id string) (*session, error) {
 	if err := h.sealStored(ictx, s, gen); err != nil {
 		bs.Close()
 		if h.cluster != nil {
-			h.cluster.Release(context.WithoutCancel(ictx), id, s.lease)
+			h.cluster.Release(context.WithoutCancel(ictx), id, s.held.lease)
 		}
 		h.log.Error("restoring a session: sealing what the previous incarnation left", logSession, id, "err", err)
 		return nil, fmt.Errorf("%w: %w", errUnavailable, err)

@@ -45,15 +45,11 @@ type session struct {
 	lastSeen atomic.Int64 // unix nanos of the last request
 	recorded atomic.Int64 // unix nanos of the LastUsed last written to the store
 
-	// With a Cluster: the lease this replica holds, and until when (unix
-	// nanos) it may act on it. owner is set instead on a read-only view
-	// of a session another replica owns (remoteView).
-	lease      Lease
-	leaseUntil atomic.Int64
-	owner      string
-	// failingSince is when the renewals of the lease began to fail (unix
-	// nanos of the first failed one in a row), zero while they succeed.
-	failingSince atomic.Int64
+	// With a Cluster: the lease this replica holds (set before the session
+	// is published, nil without a Cluster). owner is set instead on a
+	// read-only view of a session another replica owns (remoteView).
+	held  *leaseHeld
+	owner string
 }
 
 func (s *session) touch() { s.lastSeen.Store(time.Now().UnixNano()) }
@@ -499,7 +495,7 @@ func (h *Handler) endSession(s *session, why string) {
 		go bs.Close()
 	}
 	if h.cluster != nil {
-		go h.cluster.Release(context.WithoutCancel(h.ctx), s.id, s.lease)
+		go h.cluster.Release(context.WithoutCancel(h.ctx), s.id, s.held.lease)
 	}
 	h.log.Info("session ended", logSession, s.id, logReason, why)
 }
