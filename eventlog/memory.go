@@ -51,13 +51,13 @@ type memSession struct {
 	mu       sync.Mutex
 	rec      Session
 	gone     bool             // deleted or store closed
+	stale    int32            // runs in order that refer to dropped streams (beside gone: one word, and 320 bytes in all, not 352)
 	streams  []*memStream     // live streams; memStream.idx is the index here
 	order    ring[run]        // retained events in append order, run-length encoded by stream
 	terminal ring[*memStream] // terminal streams in order of their terminal append
 	events   int              // retained events across streams
 	bytes    int64            // sum of len(Data) of retained events
 	recBytes int64            // recordBytes(&rec)
-	stale    int              // runs in order that refer to dropped streams
 }
 
 // run is n consecutive events (in session append order) of one stream.
@@ -378,7 +378,7 @@ func (m *Memory) dropStreamLocked(ss *memSession, st *memStream) {
 	ss.bytes -= st.bytes
 	m.size.Add(-st.bytes)
 	st.events, st.bytes = ring[Event]{}, 0
-	ss.stale += st.runs
+	ss.stale += int32(st.runs)
 	st.runs = 0
 	last := len(ss.streams) - 1
 	ss.streams[st.idx] = ss.streams[last]
@@ -386,7 +386,7 @@ func (m *Memory) dropStreamLocked(ss *memSession, st *memStream) {
 	ss.streams[last] = nil
 	ss.streams = ss.streams[:last]
 	m.unindex(st)
-	if ss.stale > 16 && 4*ss.stale > ss.order.len() {
+	if ss.stale > 16 && 4*int(ss.stale) > ss.order.len() {
 		compactLocked(ss)
 	}
 }

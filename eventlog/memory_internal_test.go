@@ -228,7 +228,7 @@ func checkInvariantsLocked(t *testing.T, ss *memSession) {
 			t.Fatalf("stream %q: %d events, %d in append order", st.rec.Key, st.events.len(), perStream[st])
 		}
 	}
-	if events != ss.events || bytes != ss.bytes || stale != ss.stale || runs+stale != ss.order.len() {
+	if events != ss.events || bytes != ss.bytes || stale != int(ss.stale) || runs+stale != ss.order.len() {
 		t.Fatalf("session counts events=%d bytes=%d stale=%d runs=%d; counted %d, %d, %d, %d",
 			ss.events, ss.bytes, ss.stale, ss.order.len(), events, bytes, stale, runs+stale)
 	}
