@@ -418,6 +418,8 @@ var goals = []goal{
 	{what: "resume: relay-minimal replay ≥ 1,000,000 events/s", metric: "resume_per_s", target: "relay-minimal", atLeast: 1e6},
 	{what: "idle: relay-minimal heap per idle session ≤ 2 KiB", metric: "session_heap_B", target: "relay-minimal", atMost: 2048},
 	{what: "idle: relay-minimal heap per idle GET stream ≤ 2 KiB above raw", metric: "stream_heap_B", target: "relay-minimal", atMost: 2048, aboveBase: true},
+	{what: "idle: relay-example (the Go SDK behind it) heap per idle session ≤ 6 KiB (issue 14)", metric: "session_heap_B", target: "relay-example", atMost: 6144},
+	{what: "idle: relay-redis (a replica, the Go SDK behind it) heap per idle session ≤ 6 KiB (issue 14)", metric: "session_heap_B", target: "relay-redis", atMost: 6144},
 }
 
 // goalRows renders the goals a run can judge.
