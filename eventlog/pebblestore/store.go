@@ -200,7 +200,7 @@ type session struct {
 	live  bool         // created and not deleted; written under mu and recMu
 
 	// Writer state, guarded by mu.
-	streams  map[uint64]*stream
+	streams  streamSet
 	order    queue[run]     // retained events in append order, run-length encoded; mirrors the "o" keys
 	terminal queue[*stream] // terminal streams in order of their terminal append
 	nextOrd  uint64
@@ -209,7 +209,32 @@ type session struct {
 	stale    int // runs in order whose stream was dropped
 
 	viewMu sync.RWMutex
-	shown  map[uint64]*stream // published streams, for Streams
+	shown  streamSet // published streams, for Streams
+}
+
+// streamSet is a session's streams. A session has few at a time (its
+// standalone stream, the calls in flight, terminal streams within their
+// grace), so they are a slice: two maps cost an idle session about 400
+// bytes of heap.
+type streamSet []*stream
+
+func (set *streamSet) add(st *stream) { *set = append(*set, st) }
+
+// remove removes st, if there, moving the last stream to its place; a
+// set that shrank to a quarter of its capacity is reallocated.
+func (set *streamSet) remove(st *stream) {
+	s := *set
+	i := slices.Index(s, st)
+	if i < 0 {
+		return
+	}
+	last := len(s) - 1
+	s[i], s[last] = s[last], nil
+	s = s[:last]
+	if cap(s) > 8 && len(s) < cap(s)/4 {
+		s = slices.Clone(s)
+	}
+	*set = s
 }
 
 // run is n consecutive events (in session append order) of one stream,
@@ -271,7 +296,7 @@ func (st *stream) publishedHoles() []hole {
 }
 
 func newSession(id string, num uint64) *session {
-	return &session{id: id, num: num, streams: make(map[uint64]*stream), shown: make(map[uint64]*stream)}
+	return &session{id: id, num: num}
 }
 
 // Open opens or creates the store in directory dir (created with mode
@@ -535,6 +560,7 @@ func (s *Store) load(readOnly bool) (events int, err error) {
 		return 0, err
 	}
 	byNum := make(map[uint64]*session)
+	byStream := make(map[uint64]*stream) // while loading: stream numbers are unique across sessions
 	err = s.scan(kindSession, func(k, v []byte) error {
 		if len(v) < 8 {
 			return fmt.Errorf("session %q: %w", k[1:], ErrCorrupt)
@@ -570,7 +596,9 @@ func (s *Store) load(readOnly bool) (events int, err error) {
 		if s.crashed && !r.rec.Terminal {
 			st.floor += seqReserve
 		}
-		ss.streams[r.num], ss.shown[r.num] = st, st
+		ss.streams.add(st)
+		ss.shown.add(st)
+		byStream[r.num] = st
 		// A key reused after its terminal stream expired: the newer wins.
 		if old := s.streams[r.rec.Key]; old == nil || old.num < r.num {
 			s.streams[r.rec.Key] = st
@@ -607,7 +635,9 @@ func (s *Store) load(readOnly bool) (events int, err error) {
 		n, _ := binary.Uvarint(v[8:])
 		var st *stream
 		if ss != nil {
-			st = ss.streams[beUint64(v)]
+			if st = byStream[beUint64(v)]; st != nil && st.sess != ss {
+				st = nil
+			}
 		}
 		if st == nil || n == 0 {
 			return b.Delete(k, nil)

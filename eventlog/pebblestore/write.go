@@ -127,7 +127,7 @@ func (s *Store) commit(t *txn, wo *pebble.WriteOptions) error {
 		st.pubMu.Unlock()
 		if created {
 			st.sess.viewMu.Lock()
-			st.sess.shown[st.num] = st
+			st.sess.shown.add(st)
 			st.sess.viewMu.Unlock()
 		}
 	}
@@ -144,7 +144,7 @@ func (s *Store) unpublish(dropped []*stream) {
 		st.pubState = pubGone
 		st.pubMu.Unlock()
 		st.sess.viewMu.Lock()
-		delete(st.sess.shown, st.num)
+		st.sess.shown.remove(st)
 		st.sess.viewMu.Unlock()
 	}
 	s.mu.Lock()
@@ -312,7 +312,7 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	}
 	s.garbage.Add(ss.bytes)
 	s.retained(-int64(ss.events), -ss.bytes)
-	clear(ss.streams)
+	ss.streams = nil
 	ss.order, ss.terminal = queue[run]{}, queue[*stream]{}
 	ss.events, ss.bytes, ss.stale = 0, 0, 0
 	s.mu.Lock()
@@ -414,14 +414,14 @@ func (s *Store) createStream(ctx context.Context, in *eventlog.Stream, wo *pebbl
 	}
 	s.streams[in.Key] = st
 	s.mu.Unlock()
-	ss.streams[st.num] = st
+	ss.streams.add(st)
 	t.key = pairKey(t.key[:0], kindIdent, ss.num, st.num)
 	t.val = appendIdent(t.val[:0], &st.streamRecord)
 	t.set(t.key, t.val)
 	t.markDirty(st)
 	if err := s.commit(t, wo); err != nil {
 		st.dropped = true
-		delete(ss.streams, st.num)
+		ss.streams.remove(st)
 		s.unpublish([]*stream{st})
 		return err
 	}
@@ -655,7 +655,7 @@ func (s *Store) dropStream(t *txn, st *stream) {
 	ss.stale += st.runs
 	st.runs = 0
 	st.dropped = true
-	delete(ss.streams, st.num)
+	ss.streams.remove(st)
 	t.dropped = append(t.dropped, st)
 	if ss.stale > 16 && 4*ss.stale > ss.order.len() {
 		var order queue[run]
