@@ -11,7 +11,8 @@ import (
 // recordVersion is the first byte of an encoded session record.
 const recordVersion = 1
 
-// encodeSession encodes every field of s but ID (which names the key).
+// encodeSession encodes every field of s but ID (which names the key) and
+// Listening (kept beside the record: see listeningArg).
 func encodeSession(s *eventlog.Session) []byte {
 	b := make([]byte, 0, 64+len(s.Principal)+len(s.ProtocolVersion)+len(s.InitializeParams)+len(s.Upstream))
 	b = append(b, recordVersion)
@@ -30,19 +31,12 @@ func encodeSession(s *eventlog.Session) []byte {
 	}
 	t, _ := s.Created.MarshalBinary() // fails only for offsets that are not whole minutes
 	b = appendBytes(b, t, false)
-	if s.LastUsed.IsZero() && !s.Listening {
+	if s.LastUsed.IsZero() {
 		return b // records written before LastUsed existed end here too
 	}
 	u, _ := s.LastUsed.MarshalBinary()
-	b = appendBytes(b, u, false)
-	if !s.Listening {
-		return b // records written before flags existed end here too
-	}
-	return binary.AppendUvarint(b, flagListening)
+	return appendBytes(b, u, false)
 }
-
-// flagListening is bit 0 of a session record's flags (after LastUsed).
-const flagListening = 1
 
 // decodeSession decodes a record made by encodeSession. The result shares no
 // memory with b.
@@ -77,9 +71,6 @@ func decodeSession(id string, b []byte) (*eventlog.Session, error) {
 				return nil, ErrCorrupt
 			}
 		}
-	}
-	if !d.bad && len(d.b) > 0 {
-		s.Listening = d.uvarint()&flagListening != 0
 	}
 	if d.bad || len(d.b) != 0 {
 		return nil, ErrCorrupt

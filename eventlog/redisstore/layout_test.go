@@ -146,3 +146,54 @@ func TestIndexRepairAndStaleCache(t *testing.T) {
 		t.Errorf("Append through the refreshed cache = %d, %v; want 2", last, err)
 	}
 }
+
+// TestListeningBesideTheRecord: eventlog.Session.Listening is kept in the
+// session hash's field L, not in the encoded record r, so that r keeps the
+// format replicas of an earlier version decode (theirs refuses bytes it
+// does not know): during a rolling upgrade they still read every session.
+func TestListeningBesideTheRecord(t *testing.T) {
+	srv := redistest.Start(t)
+	adm := admin(t, srv)
+	const prefix = "listen"
+	st := open(t, srv, redisstore.Options{Prefix: prefix})
+	ctx := t.Context()
+	at := time.Date(2026, 7, 1, 12, 0, 0, 0, time.UTC)
+	deaf := &eventlog.Session{ID: "deaf", Principal: "p", ProtocolVersion: "2025-06-18", Incarnation: 1, Created: at, LastUsed: at}
+	listening := *deaf
+	listening.ID, listening.Listening = "listening", true
+	for _, s := range []*eventlog.Session{deaf, &listening} {
+		if err := st.CreateSession(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	field := func(id, f string) (string, bool) {
+		v, err := adm.Do(ctx, adm.B().Hget().Key(prefix+":{"+id+"}:s").Field(f).Build()).ToString()
+		if rueidis.IsRedisNil(err) {
+			return "", false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v, true
+	}
+	r1, _ := field("deaf", "r")
+	r2, _ := field("listening", "r")
+	if r1 != r2 {
+		t.Errorf("the record of a listening session differs from the same session's that does not listen:\n%x\n%x", r2, r1)
+	}
+	if _, ok := field("deaf", "L"); ok {
+		t.Error("a session that does not listen has field L")
+	}
+	if v, ok := field("listening", "L"); v != "1" || !ok {
+		t.Errorf("field L of a listening session: %q, %v; want \"1\"", v, ok)
+	}
+	for _, s := range []*eventlog.Session{deaf, &listening} {
+		got, err := st.Session(ctx, s.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Listening != s.Listening {
+			t.Errorf("session %s: Listening %v, want %v", s.ID, got.Listening, s.Listening)
+		}
+	}
+}

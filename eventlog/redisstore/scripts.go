@@ -9,7 +9,11 @@ package redisstore
 // keys from it: they all carry the same hash tag, so they live in the
 // session's slot. Keys under the prefix P = "<prefix>:{<sid>}:":
 //
-//	P s        hash   r: session record; ne, nb: retained events and bytes;
+//	P s        hash   r: session record; u: the latest use TouchSession
+//	                  recorded (unix nanos); L: "1" once the session
+//	                  listens (eventlog.Session.Listening; a field of its
+//	                  own, so that r keeps the format older replicas read);
+//	                  ne, nb: retained events and bytes;
 //	                  ns: last stream number; zs: stale runs in P o
 //	P k        hash   stream key → stream number
 //	P m:<num>  hash   k: stream key; g: generation; q: request ID (absent
@@ -94,18 +98,20 @@ local function expire(now, grace)
 end
 `
 
-// scriptCreateSession: ARGV base, token, record.
+// scriptCreateSession: ARGV base, token, record, listening ("1" or "").
 const scriptCreateSession = luaCommon + `
 if fenced(ARGV[2]) then return redis.error_reply('FENCED') end
 if redis.call('HSETNX', KEYS[1], 'r', ARGV[3]) == 0 then return redis.error_reply('EXISTS') end
+if ARGV[4] == '1' then redis.call('HSET', KEYS[1], 'L', '1') end
 return 1
 `
 
-// scriptUpdateSession: ARGV base, token, record.
+// scriptUpdateSession: ARGV base, token, record, listening ("1" or "").
 const scriptUpdateSession = luaCommon + `
 if fenced(ARGV[2]) then return redis.error_reply('FENCED') end
 if redis.call('HEXISTS', KEYS[1], 'r') == 0 then return redis.error_reply('NOTFOUND') end
 redis.call('HSET', KEYS[1], 'r', ARGV[3])
+if ARGV[4] == '1' then redis.call('HSET', KEYS[1], 'L', '1') else redis.call('HDEL', KEYS[1], 'L') end
 return 1
 `
 

@@ -394,10 +394,21 @@ func (s *Store) CreateSession(ctx context.Context, sess *eventlog.Session) error
 		return errEmptyID
 	}
 	b := s.base(sess.ID)
-	if err := mapErr(s.exec(ctx, luaCreateSession, b+"s", b, s.token(sess.ID), rueidis.BinaryString(encodeSession(sess))).Error()); err != nil {
+	if err := mapErr(s.exec(ctx, luaCreateSession, b+"s", b, s.token(sess.ID), rueidis.BinaryString(encodeSession(sess)), listeningArg(sess)).Error()); err != nil {
 		return err
 	}
 	return s.indexUse(ctx, sess)
+}
+
+// listeningArg is the scripts' argument for sess.Listening, which is kept
+// in the session hash's field L, not in the encoded record: a replica of an
+// earlier version refuses a record with bytes it does not know, and would
+// then refuse every session that listens during a rolling upgrade.
+func listeningArg(sess *eventlog.Session) string {
+	if sess.Listening {
+		return "1"
+	}
+	return ""
 }
 
 // usedKey is the sorted set of sessions by last use (unix milliseconds):
@@ -467,11 +478,11 @@ func (s *Store) Session(ctx context.Context, id string) (*eventlog.Session, erro
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	vs, err := s.c.Do(ctx, s.c.B().Hmget().Key(s.base(id)+"s").Field("r", "u").Build()).ToArray()
+	vs, err := s.c.Do(ctx, s.c.B().Hmget().Key(s.base(id)+"s").Field("r", "u", "L").Build()).ToArray()
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	if len(vs) != 2 {
+	if len(vs) != 3 {
 		return nil, ErrCorrupt
 	}
 	v, err := vs[0].AsBytes()
@@ -484,6 +495,9 @@ func (s *Store) Session(ctx context.Context, id string) (*eventlog.Session, erro
 	sess, err := decodeSession(id, v)
 	if err != nil {
 		return nil, err
+	}
+	if l, err := vs[2].ToString(); err == nil {
+		sess.Listening = l == "1"
 	}
 	// A use recorded by TouchSession after the record was last written.
 	if u, err := vs[1].ToString(); err == nil {
@@ -520,7 +534,7 @@ func (s *Store) UpdateSession(ctx context.Context, sess *eventlog.Session) error
 		return err
 	}
 	b := s.base(sess.ID)
-	if err := mapErr(s.exec(ctx, luaUpdateSession, b+"s", b, s.token(sess.ID), rueidis.BinaryString(encodeSession(sess))).Error()); err != nil {
+	if err := mapErr(s.exec(ctx, luaUpdateSession, b+"s", b, s.token(sess.ID), rueidis.BinaryString(encodeSession(sess)), listeningArg(sess)).Error()); err != nil {
 		return err
 	}
 	// The record is written: an index entry that is not updated only
