@@ -119,10 +119,18 @@ func (h *Handler) signalListen(r *http.Request, s *session) error {
 		return err
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		return fmt.Errorf("relay: the session's owner answered the listen signal with %s", resp.Status)
+	switch resp.StatusCode {
+	case http.StatusNoContent:
+		return nil
+	case http.StatusForbidden:
+		// A replica of an earlier version refuses the signal's MAC (it
+		// knows no LISTEN); it listened to every session from
+		// initialize, so the GET goes on. Replicas with different
+		// secrets also end here, and forward nothing either.
+		h.log.Warn("the session's owner refused the listen signal: a replica of an earlier version (which listens from initialize), or one with another secret", logSession, s.id, "owner", owner)
+		return nil
 	}
-	return nil
+	return fmt.Errorf("relay: the session's owner answered the listen signal with %s", resp.Status)
 }
 
 // serveListen answers a listen signal from another replica (verified):

@@ -157,3 +157,29 @@ func TestListeningFollowsTheSession(t *testing.T) {
 	}
 	waitGETs(&getsB, "B, the new owner")
 }
+
+// TestListenSignalToEarlierVersion: during a rolling upgrade the owner may
+// be a replica of the version before the listen signal, which refuses its
+// MAC (403) and listened to every session from initialize: the GET on the
+// other replica is served, not refused until the owner is upgraded.
+func TestListenSignalToEarlierVersion(t *testing.T) {
+	rds := redistest.Start(t)
+	prefix := fmt.Sprintf("upgrade%d", time.Now().UnixNano())
+	same := func(c relay.Cluster) relay.Cluster { return c }
+	_, srvA := replicaOn(t, rds, prefix, same)
+	_, srvB := replicaOn(t, rds, prefix, same)
+	relayA := srvA.Config.Handler
+	srvA.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Mcprelay-Listen") != "" {
+			http.Error(w, "Forbidden: relay: forwarded request with an invalid MAC", http.StatusForbidden)
+			return
+		}
+		relayA.ServeHTTP(w, r)
+	})
+	sid := initialize(t, srvA.URL)
+	resp := doMCP(t, t.Context(), "GET", srvB.URL, map[string]string{"Mcp-Session-Id": sid}, "")
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET on B for a session of an earlier-version owner: %s, want 200", resp.Status)
+	}
+}
