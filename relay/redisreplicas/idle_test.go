@@ -61,11 +61,7 @@ func TestIdleReaderOnOtherReplica(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	resp := doMCP(t, ctx, "GET", srvB.URL, map[string]string{"Mcp-Session-Id": sid}, "")
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET on the other replica: %s", resp.Status)
-	}
+	openGET(t, ctx, srvB.URL, sid)
 	acquires.Store(0)
 	time.Sleep(3500 * time.Millisecond) // three idle checks
 	if n := acquires.Load(); n != 0 {

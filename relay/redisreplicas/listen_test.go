@@ -37,11 +37,7 @@ func TestListenerOnOtherReplicaKeepsSession(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	resp := doMCP(t, ctx, "GET", srvB.URL, map[string]string{"Mcp-Session-Id": sid}, "")
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET on the other replica: %s", resp.Status)
-	}
+	resp := openGET(t, ctx, srvB.URL, sid)
 	time.Sleep(3 * timeout)
 	r := postMCP(t, srvA.URL, sid, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
 	r.Body.Close()
@@ -110,11 +106,7 @@ func TestListeningFollowsTheSession(t *testing.T) {
 	// opens the backend's GET, and a resource update reaches the client.
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	resp := doMCP(t, ctx, "GET", srvB.URL, map[string]string{"Mcp-Session-Id": sid}, "")
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET on B: %s", resp.Status)
-	}
+	resp := openGET(t, ctx, srvB.URL, sid)
 	waitGETs(&getsA, "the owner A, after the client's GET on B")
 	if n := getsB.Load(); n != 0 {
 		t.Fatalf("B, which does not own the session, opened %d backend GETs", n)
@@ -182,4 +174,16 @@ func TestListenSignalToEarlierVersion(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET on B for a session of an earlier-version owner: %s, want 200", resp.Status)
 	}
+}
+
+// openGET opens the standalone GET stream of session sid on url, and fails
+// the test unless it is answered 200; the body is closed at the test's end.
+func openGET(t *testing.T, ctx context.Context, url, sid string) *http.Response {
+	t.Helper()
+	resp := doMCP(t, ctx, "GET", url, map[string]string{"Mcp-Session-Id": sid}, "")
+	t.Cleanup(func() { resp.Body.Close() })
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET on %s: %s", url, resp.Status)
+	}
+	return resp
 }
