@@ -83,19 +83,11 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, owner string, 
 		retryAfter(w, time.Second, "the session is moving between replicas")
 		return
 	}
-	owner, _, _ = strings.Cut(owner, "#") // a lease owner may carry a per-process nonce
-	req, err := http.NewRequestWithContext(r.Context(), r.Method, owner, bytes.NewReader(body))
+	req, owner, err := h.forwardedRequest(r.Context(), r, owner, r.Method, body, forwardedHeaders)
 	if err != nil {
 		retryAfter(w, time.Second, "the session's owner cannot be reached")
 		return
 	}
-	for _, k := range []string{"Content-Type", "Accept", headerSessionID, headerProtocolVersion, "Authorization", "Origin"} {
-		if v := r.Header.Values(k); len(v) > 0 {
-			req.Header[k] = v
-		}
-	}
-	ts := strconv.FormatInt(time.Now().UnixMilli(), 10)
-	req.Header.Set(headerForwarded, ts+"."+h.forwardMAC(ts, r.Method, r.Header.Get(headerSessionID), h.principal(r), body))
 	resp, err := h.peers.Do(req)
 	if err != nil {
 		if r.Context().Err() == nil {
@@ -120,6 +112,29 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, owner string, 
 		// the stream is complete.
 		panic(http.ErrAbortHandler)
 	}
+}
+
+// forwardedHeaders are the client's headers a forwarded request carries.
+var forwardedHeaders = []string{"Content-Type", "Accept", headerSessionID, headerProtocolVersion, "Authorization", "Origin"}
+
+// forwardedRequest is r, with body and the headers of r named in keys,
+// addressed to the replica owner (a lease owner: its per-process nonce is
+// cut off, and returned so) and marked as forwarded, the MAC made over
+// macMethod (r.Method, or methodListen for a listen signal).
+func (h *Handler) forwardedRequest(ctx context.Context, r *http.Request, owner, macMethod string, body []byte, keys []string) (*http.Request, string, error) {
+	owner, _, _ = strings.Cut(owner, "#")
+	req, err := http.NewRequestWithContext(ctx, r.Method, owner, bytes.NewReader(body))
+	if err != nil {
+		return nil, owner, err
+	}
+	for _, k := range keys {
+		if v := r.Header.Values(k); len(v) > 0 {
+			req.Header[k] = v
+		}
+	}
+	ts := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	req.Header.Set(headerForwarded, ts+"."+h.forwardMAC(ts, macMethod, r.Header.Get(headerSessionID), h.principal(r), body))
+	return req, owner, nil
 }
 
 type forwardedKey struct{}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/mcprelay/mcprelay/eventlog"
@@ -98,21 +96,13 @@ func (h *Handler) rewriteRecord(ctx context.Context, s *session, change func(*ev
 // signalListen tells the replica that owns s that s's client listens, and
 // returns once the owner recorded it.
 func (h *Handler) signalListen(r *http.Request, s *session) error {
-	owner, _, _ := strings.Cut(s.owner, "#") // a lease owner may carry a per-process nonce
 	ctx, cancel := context.WithTimeout(r.Context(), h.leaseTTL)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, owner, nil)
+	req, owner, err := h.forwardedRequest(ctx, r, s.owner, methodListen, nil, []string{headerSessionID, headerProtocolVersion, "Authorization"})
 	if err != nil {
 		return err
 	}
-	for _, k := range []string{headerSessionID, headerProtocolVersion, "Authorization"} {
-		if v := r.Header.Values(k); len(v) > 0 {
-			req.Header[k] = v
-		}
-	}
 	req.Header.Set(headerListen, "1")
-	ts := strconv.FormatInt(time.Now().UnixMilli(), 10)
-	req.Header.Set(headerForwarded, ts+"."+h.forwardMAC(ts, methodListen, s.id, h.principal(r), nil))
 	resp, err := h.peers.Do(req)
 	if err != nil {
 		h.log.Warn("telling a session's owner that its client listens", logSession, s.id, "owner", owner, "err", err)
