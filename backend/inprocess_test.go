@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"runtime"
@@ -208,15 +209,18 @@ func goroutineID() string {
 	return f[1] // "goroutine N [running]:"
 }
 
-// waitParked waits until a worker waits for a job. The response reaches the
-// caller before its worker is back at the select: a sleep of a millisecond
-// was not always enough under -race on a busy machine.
-func waitParked(t *testing.T) {
+// waitParked waits until a worker of p waits for a job. The response
+// reaches the caller before its worker is back at the select: a sleep of a
+// millisecond was not always enough under -race on a busy machine. Workers
+// of other pools (earlier tests', idle for up to workerIdle) do not count:
+// the stack names the pool the worker belongs to.
+func waitParked(t *testing.T, p *workers) {
 	t.Helper()
 	buf := make([]byte, 1<<20)
+	mine := fmt.Sprintf(").work(%p", p)
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
-			if strings.Contains(g, "[select") && strings.Contains(g, ").work(") {
+			if strings.Contains(g, "[select") && strings.Contains(g, mine) {
 				return
 			}
 		}
@@ -248,7 +252,7 @@ func TestInProcessWorkers(t *testing.T) {
 		}
 		io.ReadAll(resp.Body)
 		resp.Body.Close()
-		waitParked(t) // the worker is waiting again
+		waitParked(t, rt.(inProcess).w) // the worker is waiting again
 	}
 	if len(seen) != 1 {
 		t.Errorf("20 requests one after another ran on %d goroutines, want 1: %v", len(seen), seen)
