@@ -36,7 +36,8 @@ func keysUnder(t *testing.T, adm rueidis.Client, pattern string) []string {
 }
 
 // TestKeyLayout: every key of a session is in the session's hash slot but
-// the stream index; a terminal stream's index entry expires by itself;
+// the stream index; a terminal stream's index entry expires by itself; the
+// lease has no TTL of its own, the Store's one heartbeat key has one;
 // DeleteSession leaves no key of the session behind.
 func TestKeyLayout(t *testing.T) {
 	srv := redistest.Start(t)
@@ -59,9 +60,13 @@ func TestKeyLayout(t *testing.T) {
 	mustCreate(t, st, "other", "o")
 	wantTag := hashTag(prefix + ":{" + sid + "}:s")
 	var inSlot int
+	var beats []string
 	for _, k := range keysUnder(t, adm, prefix+":*") {
 		switch {
 		case strings.HasPrefix(k, prefix+":x:"):
+			continue
+		case strings.HasPrefix(k, prefix+":h:"):
+			beats = append(beats, k)
 			continue
 		case strings.Contains(k, "{other}"):
 			if hashTag(k) != "other" {
@@ -78,6 +83,16 @@ func TestKeyLayout(t *testing.T) {
 	if inSlot != 10 {
 		t.Errorf("session %q has %d keys, want 10", sid, inSlot)
 	}
+	if len(beats) != 1 {
+		t.Fatalf("heartbeat keys %q, want the Store's one", beats)
+	}
+	if ttl, err := adm.Do(ctx, adm.B().Pttl().Key(beats[0]).Build()).AsInt64(); err != nil || ttl <= 0 {
+		t.Errorf("heartbeat %s: PTTL %d, %v; want a TTL", beats[0], ttl, err)
+	}
+	lk := prefix + ":{" + sid + "}:l"
+	if ttl, err := adm.Do(ctx, adm.B().Pttl().Key(lk).Build()).AsInt64(); err != nil || ttl != -1 {
+		t.Errorf("lease: PTTL %d, %v; want none (-1): it lives while its owner's heartbeat does", ttl, err)
+	}
 	ttl, err := adm.Do(ctx, adm.B().Pttl().Key(prefix+":x:done").Build()).AsInt64()
 	if err != nil || ttl <= 0 {
 		t.Errorf("index entry of the terminal stream: PTTL %d, %v; want a TTL", ttl, err)
@@ -91,7 +106,7 @@ func TestKeyLayout(t *testing.T) {
 	}
 	var left []string
 	for _, k := range keysUnder(t, adm, prefix+":*") {
-		if !strings.Contains(k, "{other}") && k != prefix+":x:o" {
+		if !strings.Contains(k, "{other}") && k != prefix+":x:o" && k != beats[0] {
 			left = append(left, k)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -47,16 +48,48 @@ func (s *Store) leaseArgs(ctx context.Context, session string, ttl time.Duration
 	return s.base(session) + "l", nil
 }
 
-// AcquireLease makes owner the session's writer for ttl. It succeeds if
-// nobody holds an unexpired lease, with a new token from the session's
-// fencing counter (INCR), or if owner already holds it, with the same
-// token and the TTL reset. Otherwise it returns a *HeldError.
+// A lease is live while its owner Store's heartbeat lasts, not for a TTL of
+// its own, so that keeping thousands of sessions is one heartbeat per
+// renewal round rather than one write per session:
+//
+//   - Every Store has a heartbeat key "<prefix>:h:<proc>" (proc: a nonce of
+//     the Store), whose value is the Store's epoch, with a TTL.
+//   - A lease's value is "<token> @<proc>.<epoch> <owner>", without a TTL:
+//     it is live while the heartbeat of proc holds that epoch.
+//   - A heartbeat that finds its key gone (it lapsed: the process was
+//     paused, Redis was out of reach) starts a new epoch. Every lease
+//     stamped with the old one is then dead, and the Store re-stamps each
+//     before it reports it renewed, by a compare-and-set that succeeds only
+//     while the session's fencing counter still equals the lease's token,
+//     that is, while nobody acquired the session since.
+//   - Acquiring a leased session reads the lease, checks its owner's
+//     heartbeat (another key, in Redis Cluster another slot) and takes the
+//     lease only if its value is still the one it read. An owner whose
+//     heartbeat lapsed and came back re-stamps its leases first, which
+//     changes that value: of the two, exactly one wins.
+//
+// Leases written by an earlier version, "<token> <owner>" with a TTL, are
+// honoured until they expire.
+
+// AcquireLease makes owner the session's writer: it takes the lease if
+// nobody holds a live one, with a new token from the session's fencing
+// counter (INCR), or if owner already holds it, with the same token, and
+// refreshes this Store's heartbeat so that the lease lives at least ttl
+// from the call. Otherwise it returns a *HeldError. Every lease the Store
+// holds lives as long as the heartbeat: renewing one (RenewLease,
+// RenewLeases) keeps them all.
 //
 // From then on this Store's writes to the session carry the token, and
 // every Store's writes to it are refused with eventlog.ErrFenced unless
 // they carry the session's latest token. The session need not exist yet.
 // Its fencing counter lives until DeleteSession.
 func (s *Store) AcquireLease(ctx context.Context, session, owner string, ttl time.Duration) (Lease, error) {
+	return s.acquire(ctx, session, owner, ttl, "")
+}
+
+// acquire is AcquireLease; dead is the value of a lease the caller already
+// found dead, or "" (tests replay a stale read with it).
+func (s *Store) acquire(ctx context.Context, session, owner string, ttl time.Duration, dead string) (Lease, error) {
 	lk, err := s.leaseArgs(ctx, session, ttl)
 	if err != nil {
 		return Lease{}, err
@@ -64,56 +97,110 @@ func (s *Store) AcquireLease(ctx context.Context, session, owner string, ttl tim
 	if owner == "" {
 		return Lease{}, errEmptyOwner
 	}
-	v, err := s.exec(ctx, luaAcquire, lk, s.base(session), owner, strconv.FormatInt(timeMs(ttl), 10)).ToArray()
-	if err != nil {
-		return Lease{}, mapErr(err)
+	// The lease is written with the heartbeat's epoch as this Store knows
+	// it, then the heartbeat is refreshed: a session held by another
+	// replica costs one round trip, and a lease taken lives at least ttl
+	// from the beat, which is sent after this call began.
+	epoch := s.hb.epoch.Load()
+	if time.Now().UnixNano() >= s.hb.expires.Load() {
+		// No beat keeps it now (a new Store, or no lease to renew for a
+		// while): a lease stamped with it would be dead. Beat first.
+		if epoch, err = s.beat(ctx, ttl); err != nil {
+			return Lease{}, err
+		}
 	}
-	if len(v) != 4 {
-		return Lease{}, ErrCorrupt
+	expect := dead // the dead lease a retry may replace
+	for try := 0; ; try++ {
+		stamp := s.stamp(epoch)
+		v, err := s.exec(ctx, luaAcquire, lk, s.base(session), owner, stamp, expect).ToArray()
+		if err != nil {
+			return Lease{}, mapErr(err)
+		}
+		if len(v) < 3 {
+			return Lease{}, ErrCorrupt
+		}
+		ok, err1 := v[0].AsInt64()
+		tok, err2 := v[1].AsUint64()
+		own, err3 := v[2].ToString()
+		if err1 != nil || err2 != nil || err3 != nil {
+			return Lease{}, ErrCorrupt
+		}
+		l := Lease{Owner: own, Token: tok}
+		if ok == 1 {
+			now, err := s.beat(ctx, ttl)
+			if err != nil {
+				return Lease{}, err
+			}
+			if now != epoch && try < 2 {
+				// The heartbeat had lapsed, so the lease was written
+				// dead: stamp it again, unless another replica took it
+				// meanwhile.
+				epoch = now
+				continue
+			}
+			if now != epoch {
+				return Lease{}, errors.New("redisstore: AcquireLease: this Store's heartbeat keeps lapsing")
+			}
+			s.hold(session, tok, epoch)
+			return l, nil
+		}
+		if len(v) != 6 {
+			return Lease{}, ErrCorrupt
+		}
+		holder, err1 := v[3].ToString()
+		cur, err2 := v[4].ToString()
+		ms, err3 := v[5].AsInt64()
+		if err1 != nil || err2 != nil || err3 != nil {
+			return Lease{}, ErrCorrupt
+		}
+		left := time.Duration(max(ms, 0)) * time.Millisecond
+		if holder != "" { // a heartbeat lease: live while its owner beats
+			live, hbLeft, err := s.stampLive(ctx, holder)
+			if err != nil {
+				return Lease{}, err
+			}
+			if !live && try < 2 {
+				expect = cur
+				continue
+			}
+			left = hbLeft
+		}
+		return Lease{}, &HeldError{Holder: l, TTL: left}
 	}
-	ok, err1 := v[0].AsInt64()
-	tok, err2 := v[1].AsUint64()
-	own, err3 := v[2].ToString()
-	ms, err4 := v[3].AsInt64()
-	if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
-		return Lease{}, ErrCorrupt
-	}
-	l := Lease{Owner: own, Token: tok}
-	if ok != 1 {
-		return Lease{}, &HeldError{Holder: l, TTL: time.Duration(max(ms, 0)) * time.Millisecond}
-	}
-	s.holdToken(session, tok)
-	return l, nil
 }
 
-// holdToken records that this Store writes to session with token tok.
-func (s *Store) holdToken(session string, tok uint64) {
+// hold records that this Store writes to session with token tok, under a
+// lease stamped with epoch.
+func (s *Store) hold(session string, tok, epoch uint64) {
 	s.tokMu.Lock()
-	s.tokens[session] = tok
+	s.tokens[session] = heldLease{tok: tok, epoch: epoch}
 	s.tokMu.Unlock()
 }
 
-// RenewLease extends l by ttl. It returns ErrLeaseLost if l is no longer
-// the session's lease. A lease that expired is renewed as long as nobody
-// acquired the session since.
-func (s *Store) RenewLease(ctx context.Context, session string, l Lease, ttl time.Duration) error {
-	lk, err := s.leaseArgs(ctx, session, ttl)
-	if err != nil {
-		return err
-	}
-	e := s.renewExec(lk, session, l, strconv.FormatInt(timeMs(ttl), 10))
-	if err := luaRenew.Exec(ctx, s.c, e.Keys, e.Args).Error(); err != nil {
-		return mapErr(err)
-	}
-	s.holdToken(session, l.Token)
-	return nil
+// stamped reports whether this Store stamped session's lease of token tok
+// with epoch.
+func (s *Store) stamped(session string, tok, epoch uint64) bool {
+	s.tokMu.Lock()
+	h, ok := s.tokens[session]
+	s.tokMu.Unlock()
+	return ok && h.tok == tok && h.epoch == epoch
 }
 
-// RenewLeases renews many leases at once, pipelined in one round trip:
-// errs[i] is what RenewLease would have returned for sessions[i] and
-// leases[i]. A replica that owns thousands of sessions renews them all
-// every third of a lease's life; one at a time, that is a round trip and
-// a goroutine each.
+// RenewLease keeps l for at least ttl more. It returns ErrLeaseLost if l
+// is no longer the session's lease. A lease that lapsed is renewed as
+// long as nobody acquired the session since.
+func (s *Store) RenewLease(ctx context.Context, session string, l Lease, ttl time.Duration) error {
+	if _, err := s.leaseArgs(ctx, session, ttl); err != nil {
+		return err
+	}
+	return s.RenewLeases(ctx, []string{session}, []Lease{l}, ttl)[0]
+}
+
+// RenewLeases renews many leases at once: errs[i] is what RenewLease
+// would have returned for sessions[i] and leases[i]. While this Store's
+// heartbeat has not lapsed, that is the heartbeat alone, whatever the
+// number of leases; after a lapse, the leases are re-stamped, pipelined in
+// one round trip.
 func (s *Store) RenewLeases(ctx context.Context, sessions []string, leases []Lease, ttl time.Duration) []error {
 	errs := make([]error, len(sessions))
 	fail := func(err error) []error {
@@ -131,38 +218,157 @@ func (s *Store) RenewLeases(ctx context.Context, sessions []string, leases []Lea
 	if ttl < time.Millisecond {
 		return fail(errBadTTL)
 	}
-	ms := strconv.FormatInt(timeMs(ttl), 10)
+	epoch, err := s.beat(ctx, ttl)
+	if err != nil {
+		return fail(err)
+	}
+	stamp := s.stamp(epoch)
 	execs := make([]rueidis.LuaExec, 0, len(sessions))
 	at := make([]int, 0, len(sessions))
 	for i, session := range sessions {
-		if session == "" {
+		switch {
+		case session == "":
 			errs[i] = errEmptyID
-			continue
+		case !s.stamped(session, leases[i].Token, epoch):
+			b := s.base(session)
+			execs = append(execs, rueidis.LuaExec{Keys: []string{b + "l"},
+				Args: []string{b, strconv.FormatUint(leases[i].Token, 10), leases[i].Owner, stamp}})
+			at = append(at, i)
 		}
-		execs = append(execs, s.renewExec(s.base(session)+"l", session, leases[i], ms))
-		at = append(at, i)
 	}
 	if len(execs) == 0 {
 		return errs
 	}
-	for j, res := range luaRenew.ExecMulti(ctx, s.c, execs...) {
+	for j, res := range luaRestamp.ExecMulti(ctx, s.c, execs...) {
 		i := at[j]
 		if errs[i] = mapErr(res.Error()); errs[i] == nil {
-			s.holdToken(sessions[i], leases[i].Token)
+			s.hold(sessions[i], leases[i].Token, epoch)
 		}
 	}
 	return errs
 }
 
-// renewExec is one run of the renewal script: l's session's lease key lk
-// extended to ms milliseconds.
-func (s *Store) renewExec(lk, session string, l Lease, ms string) rueidis.LuaExec {
-	return rueidis.LuaExec{Keys: []string{lk}, Args: []string{s.base(session), strconv.FormatUint(l.Token, 10), l.Owner, ms}}
+// heartbeat is a Store's own liveness, which its leases share.
+type heartbeat struct {
+	key  string        // "<prefix>:h:<proc>"
+	proc string        // this Store's nonce, in its leases' stamps
+	turn chan struct{} // one beat at a time (a lock a context can give up on)
+
+	// Written under turn.
+	epoch   atomic.Uint64 // the epoch of the live heartbeat, if it lives
+	expires atomic.Int64  // unix nanos: the heartbeat lives at least until then
+
+	// Guarded by turn.
+	sent time.Time     // when the last beat that succeeded was sent
+	ttl  time.Duration // the TTL that beat gave at least
+}
+
+// beat refreshes this Store's heartbeat so that it lasts at least ttl from
+// now and returns its epoch: leases stamped with it are live until then.
+// A heartbeat found gone starts a new epoch. A beat sent after this call
+// began, for at least ttl, serves it without another round trip, so that
+// concurrent renewals and acquisitions share one.
+func (s *Store) beat(ctx context.Context, ttl time.Duration) (uint64, error) {
+	asked := time.Now()
+	hb := &s.hb
+	select {
+	case hb.turn <- struct{}{}:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	defer func() { <-hb.turn }()
+	epoch := hb.epoch.Load()
+	if !hb.sent.Before(asked) && hb.ttl >= ttl {
+		return epoch, nil
+	}
+	sent := time.Now()
+	e := strconv.FormatUint(epoch, 10)
+	next := strconv.FormatUint(epoch+1, 10)
+	kept, err := luaBeat.Exec(ctx, s.c, []string{hb.key}, []string{e, next, strconv.FormatInt(timeMs(ttl), 10)}).AsInt64()
+	if err != nil {
+		return 0, mapErr(err)
+	}
+	if kept == 0 {
+		epoch++
+		hb.epoch.Store(epoch)
+		s.log.Info("redisstore: heartbeat had lapsed: leases are re-stamped before they are renewed", "epoch", epoch)
+	}
+	hb.sent, hb.ttl = sent, ttl
+	hb.expires.Store(max(hb.expires.Load(), sent.Add(ttl).UnixNano()))
+	if kept == 0 {
+		hb.expires.Store(sent.Add(ttl).UnixNano())
+	}
+	return epoch, nil
+}
+
+// stamp is the stamp of this Store's leases in epoch: "<proc>.<epoch>".
+func (s *Store) stamp(epoch uint64) string {
+	return s.hb.proc + "." + strconv.FormatUint(epoch, 10)
+}
+
+// stampLive reports whether the heartbeat a lease's stamp names still
+// holds its epoch, and for how long it does at least. A heartbeat seen
+// live is remembered until the TTL it had then runs out: it cannot lapse
+// before that, so lookups of the leases of a replica that lives (a
+// replica forwarding to the owner, readers asking LeaseHeld) cost no
+// round trip for it.
+func (s *Store) stampLive(ctx context.Context, stamp string) (bool, time.Duration, error) {
+	proc, epoch, ok := strings.Cut(stamp, ".")
+	if !ok || proc == "" {
+		return false, 0, ErrCorrupt
+	}
+	asked := time.Now()
+	s.liveMu.Lock()
+	seen, ok := s.live[proc]
+	s.liveMu.Unlock()
+	if ok && seen.epoch == epoch && asked.Before(seen.until) {
+		return true, seen.until.Sub(asked), nil
+	}
+	key := s.prefix + ":h:" + proc
+	res := s.c.DoMulti(ctx, s.c.B().Get().Key(key).Build(), s.c.B().Pttl().Key(key).Build())
+	v, err := res[0].ToString()
+	if rueidis.IsRedisNil(err) {
+		return false, 0, nil
+	}
+	if err != nil {
+		return false, 0, mapErr(err)
+	}
+	ms, err := res[1].AsInt64()
+	if err != nil {
+		return false, 0, mapErr(err)
+	}
+	if v != epoch || ms <= 0 {
+		return false, 0, nil
+	}
+	left := time.Duration(ms) * time.Millisecond
+	s.liveMu.Lock()
+	if len(s.live) >= maxLiveSeen {
+		for p, l := range s.live {
+			if !asked.Before(l.until) {
+				delete(s.live, p)
+			}
+		}
+	}
+	if len(s.live) < maxLiveSeen {
+		s.live[proc] = liveSeen{epoch: epoch, until: asked.Add(left)}
+	}
+	s.liveMu.Unlock()
+	return true, left, nil
+}
+
+// maxLiveSeen bounds the heartbeats a Store remembers seeing live: one per
+// replica process.
+const maxLiveSeen = 1024
+
+// liveSeen is another Store's heartbeat as last seen live.
+type liveSeen struct {
+	epoch string
+	until time.Time // it lives at least until then
 }
 
 // ReleaseLease gives up l, so that another owner can acquire the session
 // at once; this Store stops writing to the session (its writes are fenced
-// once the session has a fencing counter). Releasing a lease that expired
+// once the session has a fencing counter). Releasing a lease that lapsed
 // is not an error; releasing one that another owner holds since returns
 // ErrLeaseLost.
 func (s *Store) ReleaseLease(ctx context.Context, session string, l Lease) error {
@@ -171,31 +377,43 @@ func (s *Store) ReleaseLease(ctx context.Context, session string, l Lease) error
 		return err
 	}
 	s.tokMu.Lock()
-	if s.tokens[session] == l.Token {
+	if s.tokens[session].tok == l.Token {
 		delete(s.tokens, session)
 	}
 	s.tokMu.Unlock()
 	return mapErr(s.exec(ctx, luaRelease, lk, strconv.FormatUint(l.Token, 10), l.Owner).Error())
 }
 
-// LeaseHeld reports whether anybody holds the session's lease: one EXISTS,
-// where Holder runs a script. A reader waiting on a session another
-// replica owns asks it every second, so at 10,000 such readers this is
-// 10,000 commands a second.
+// LeaseHeld reports whether anybody holds a live lease on the session: a
+// GET of the lease and, for a lease of a heartbeat not seen live lately,
+// a read of the heartbeat. A reader waiting on a session another replica
+// owns asks it now and then.
 func (s *Store) LeaseHeld(ctx context.Context, session string) (bool, error) {
 	lk, err := s.leaseArgs(ctx, session, time.Millisecond)
 	if err != nil {
 		return false, err
 	}
-	n, err := s.c.Do(ctx, s.c.B().Exists().Key(lk).Build()).AsInt64()
+	val, err := s.c.Do(ctx, s.c.B().Get().Key(lk).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return false, nil
+	}
 	if err != nil {
 		return false, mapErr(err)
 	}
-	return n > 0, nil
+	_, stamp, ok := parseLease(val)
+	switch {
+	case !ok:
+		return false, ErrCorrupt
+	case stamp == "": // an earlier version's lease: its key's TTL says
+		return true, nil
+	}
+	live, _, err := s.stampLive(ctx, stamp)
+	return live, err
 }
 
-// Holder returns the session's current lease and how long it runs unless
-// renewed; ErrNoLease if nobody holds one.
+// Holder returns the session's current live lease and how long it lasts
+// unless renewed (its owner's heartbeat, or an earlier version's TTL);
+// ErrNoLease if nobody holds one.
 func (s *Store) Holder(ctx context.Context, session string) (Lease, time.Duration, error) {
 	lk, err := s.leaseArgs(ctx, session, time.Millisecond)
 	if err != nil {
@@ -213,10 +431,39 @@ func (s *Store) Holder(ctx context.Context, session string) (Lease, time.Duratio
 	}
 	val, err1 := v[0].ToString()
 	ms, err2 := v[1].AsInt64()
-	tok, own, ok := strings.Cut(val, " ")
-	n, err3 := strconv.ParseUint(tok, 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil || !ok {
+	if err1 != nil || err2 != nil {
 		return Lease{}, 0, ErrCorrupt
 	}
-	return Lease{Owner: own, Token: n}, time.Duration(max(ms, 0)) * time.Millisecond, nil
+	l, stamp, ok := parseLease(val)
+	if !ok {
+		return Lease{}, 0, ErrCorrupt
+	}
+	if stamp == "" {
+		return l, time.Duration(max(ms, 0)) * time.Millisecond, nil
+	}
+	live, left, err := s.stampLive(ctx, stamp)
+	switch {
+	case err != nil:
+		return Lease{}, 0, err
+	case !live:
+		return Lease{}, 0, ErrNoLease
+	}
+	return l, left, nil
+}
+
+// parseLease reads a lease's value: "<token> @<stamp> <owner>", or an
+// earlier version's "<token> <owner>" (stamp "").
+func parseLease(val string) (l Lease, stamp string, ok bool) {
+	tok, rest, ok := strings.Cut(val, " ")
+	if !ok {
+		return Lease{}, "", false
+	}
+	n, err := strconv.ParseUint(tok, 10, 64)
+	if err != nil {
+		return Lease{}, "", false
+	}
+	if st, own, ok := strings.Cut(rest, " "); ok && strings.HasPrefix(st, "@") && strings.Contains(st, ".") {
+		return Lease{Owner: own, Token: n}, st[1:], true
+	}
+	return Lease{Owner: rest, Token: n}, "", true
 }

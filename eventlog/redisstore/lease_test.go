@@ -3,9 +3,13 @@ package redisstore_test
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/mcprelay/mcprelay/eventlog"
 	"github.com/mcprelay/mcprelay/eventlog/redisstore"
@@ -14,8 +18,14 @@ import (
 
 // pair opens two stores (two replicas) on one server and prefix.
 func pair(t *testing.T, srv *redistest.Server) (a, b *redisstore.Store) {
-	p := freshPrefix()
-	return open(t, srv, redisstore.Options{Prefix: p}), open(t, srv, redisstore.Options{Prefix: p})
+	a, b, _ = pairAt(t, srv)
+	return a, b
+}
+
+// pairAt is pair, also returning the prefix, for tests that look at keys.
+func pairAt(t *testing.T, srv *redistest.Server) (a, b *redisstore.Store, prefix string) {
+	prefix = freshPrefix()
+	return open(t, srv, redisstore.Options{Prefix: prefix}), open(t, srv, redisstore.Options{Prefix: prefix}), prefix
 }
 
 func mustCreate(t *testing.T, st *redisstore.Store, sid, key string) {
@@ -323,5 +333,184 @@ func TestRenewLeases(t *testing.T) {
 	h, ttl, err := b.Holder(ctx, "r9")
 	if err != nil || h != leases[9] || ttl < 30*time.Second {
 		t.Errorf("r9 after RenewLeases: %+v, %v, %v; want %+v with about a minute", h, ttl, err, leases[9])
+	}
+}
+
+// scriptCalls counts the scripts Redis has run (INFO commandstats): every
+// lease operation is one.
+func scriptCalls(t *testing.T, adm rueidis.Client) int {
+	t.Helper()
+	info, err := adm.Do(t.Context(), adm.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for line := range strings.Lines(info) {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+			continue
+		}
+		calls, _, _ := strings.Cut(rest, ",")
+		c, err := strconv.Atoi(calls)
+		if err != nil {
+			t.Fatalf("commandstats line %q: %v", line, err)
+		}
+		n += c
+	}
+	return n
+}
+
+// waitNoLease waits until nobody holds a live lease on sid: its owner's
+// heartbeat has run out.
+func waitNoLease(t *testing.T, st *redisstore.Store, sid string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, _, err := st.Holder(t.Context(), sid)
+		if errors.Is(err, redisstore.ErrNoLease) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the lease on %s did not lapse: %v", sid, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestRenewalIsOneHeartbeat: a Store whose heartbeat has not lapsed renews
+// all its leases with the heartbeat alone, one script however many leases
+// it holds, and they stay held.
+func TestRenewalIsOneHeartbeat(t *testing.T) {
+	srv := redistest.Start(t)
+	adm := admin(t, srv)
+	a, b := pair(t, srv)
+	ctx := t.Context()
+	var sessions []string
+	var leases []redisstore.Lease
+	for i := range 300 {
+		sid := fmt.Sprintf("r%d", i)
+		l, err := a.AcquireLease(ctx, sid, "http://a", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sessions, leases = append(sessions, sid), append(leases, l)
+	}
+	before := scriptCalls(t, adm)
+	for i, err := range a.RenewLeases(ctx, sessions, leases, time.Minute) {
+		if err != nil {
+			t.Fatalf("%s: %v", sessions[i], err)
+		}
+	}
+	if n := scriptCalls(t, adm) - before; n > 1 {
+		t.Errorf("renewing %d leases ran %d scripts, want 1 (the heartbeat)", len(sessions), n)
+	}
+	if err := a.RenewLease(ctx, "r3", leases[3], time.Minute); err != nil {
+		t.Errorf("RenewLease: %v", err)
+	}
+	for _, i := range []int{0, 150, 299} {
+		if h, ttl, err := b.Holder(ctx, sessions[i]); err != nil || h != leases[i] || ttl < 30*time.Second {
+			t.Errorf("%s after the renewal: %+v, %v, %v; want %+v with about a minute", sessions[i], h, ttl, err, leases[i])
+		}
+		if _, err := b.AcquireLease(ctx, sessions[i], "http://b", time.Minute); !errors.Is(err, redisstore.ErrLeaseHeld) {
+			t.Errorf("%s acquired by another owner: %v, want ErrLeaseHeld", sessions[i], err)
+		}
+	}
+}
+
+// TestLeaseRestampRace: an owner whose heartbeat lapsed and an acquirer
+// that found it gone race for the lease; exactly one wins, in either
+// order. The owner re-stamps its lease before it acts again, so an
+// acquirer that read the lease before then cannot take it; an acquirer
+// that took it first makes the owner's renewal fail.
+func TestLeaseRestampRace(t *testing.T) {
+	srv := redistest.Start(t)
+	adm := admin(t, srv)
+	a, b, prefix := pairAt(t, srv)
+	ctx := t.Context()
+	lease := func(sid string) string {
+		t.Helper()
+		v, err := adm.Do(ctx, adm.B().Get().Key(sid).Build()).ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	key := func(sid string) string { return prefix + ":{" + sid + "}:l" }
+
+	// The owner comes back first.
+	la, err := a.AcquireLease(ctx, "s1", "http://a", 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := lease(key("s1"))
+	waitNoLease(t, b, "s1")
+	if err := a.RenewLease(ctx, "s1", la, time.Minute); err != nil {
+		t.Fatalf("the owner's renewal after its lapse: %v", err)
+	}
+	if _, err := redisstore.AcquireAfterRead(b, ctx, "s1", "http://b", time.Minute, read); !errors.Is(err, redisstore.ErrLeaseHeld) {
+		t.Errorf("an acquirer that read the lease before the owner came back took it: %v", err)
+	}
+	if h, _, err := b.Holder(ctx, "s1"); err != nil || h != la {
+		t.Errorf("Holder = %+v, %v; want the owner's %+v", h, err, la)
+	}
+
+	// The acquirer takes it first. (Another owner: a's heartbeat now lasts
+	// a minute, for all its leases.)
+	a = open(t, srv, redisstore.Options{Prefix: prefix})
+	la, err = a.AcquireLease(ctx, "s2", "http://a", 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read = lease(key("s2"))
+	waitNoLease(t, b, "s2")
+	lb, err := redisstore.AcquireAfterRead(b, ctx, "s2", "http://b", time.Minute, read)
+	if err != nil || lb.Token <= la.Token {
+		t.Fatalf("takeover = %+v, %v; want a token above %d", lb, err, la.Token)
+	}
+	if err := a.RenewLease(ctx, "s2", la, time.Minute); !errors.Is(err, redisstore.ErrLeaseLost) {
+		t.Errorf("the owner's renewal after the takeover: %v, want ErrLeaseLost", err)
+	}
+}
+
+// TestLeaseOfEarlierVersion: a lease written by an earlier version,
+// "<token> <owner>" with a TTL of its own, is honoured until it expires;
+// its owner, upgraded, keeps it under its heartbeat with the same token.
+func TestLeaseOfEarlierVersion(t *testing.T) {
+	srv := redistest.Start(t)
+	adm := admin(t, srv)
+	a, b, prefix := pairAt(t, srv)
+	ctx := t.Context()
+	old := func(sid, value string, ttl time.Duration) {
+		t.Helper()
+		tok, _, _ := strings.Cut(value, " ")
+		for _, c := range []rueidis.Completed{
+			adm.B().Set().Key(prefix + ":{" + sid + "}:f").Value(tok).Build(),
+			adm.B().Set().Key(prefix + ":{" + sid + "}:l").Value(value).Px(ttl).Build(),
+		} {
+			if err := adm.Do(ctx, c).Error(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	old("s1", "7 http://old", 300*time.Millisecond)
+	var held *redisstore.HeldError
+	if _, err := b.AcquireLease(ctx, "s1", "http://b", time.Minute); !errors.As(err, &held) ||
+		held.Holder != (redisstore.Lease{Owner: "http://old", Token: 7}) || held.TTL <= 0 || held.TTL > 300*time.Millisecond {
+		t.Fatalf("AcquireLease over an earlier version's lease: %v (%+v); want it held by http://old, token 7, for up to 300ms", err, held)
+	}
+	if ok, err := b.LeaseHeld(ctx, "s1"); !ok || err != nil {
+		t.Errorf("LeaseHeld = %v, %v; want true", ok, err)
+	}
+	waitNoLease(t, b, "s1")
+	if l, err := b.AcquireLease(ctx, "s1", "http://b", time.Minute); err != nil || l.Token != 8 {
+		t.Errorf("AcquireLease after it expired = %+v, %v; want token 8", l, err)
+	}
+
+	old("s2", "9 http://a", time.Minute)
+	if l, err := a.AcquireLease(ctx, "s2", "http://a", time.Minute); err != nil || l != (redisstore.Lease{Owner: "http://a", Token: 9}) {
+		t.Fatalf("AcquireLease by the earlier lease's owner = %+v, %v; want token 9 kept", l, err)
+	}
+	if ttl, err := adm.Do(ctx, adm.B().Pttl().Key(prefix+":{s2}:l").Build()).AsInt64(); err != nil || ttl != -1 {
+		t.Errorf("the kept lease: PTTL %d, %v; want none: it lives by the heartbeat now", ttl, err)
 	}
 }

@@ -29,7 +29,11 @@ package redisstore
 //	                  run-length encoded: "<num>:<count>", oldest first
 //	P x        zset   terminal streams by terminal time
 //	P f        string the fencing counter (INCR), created by the first lease
-//	P l        string the lease: "<token> <owner>", with a TTL
+//	P l        string the lease: "<token> @<proc>.<epoch> <owner>", live
+//	                  while "<prefix>:h:<proc>", the owner Store's
+//	                  heartbeat (a string with a TTL, outside the tag),
+//	                  holds epoch; an earlier version's "<token> <owner>"
+//	                  has a TTL of its own (lease.go)
 //
 // Errors are returned as error replies whose text is one of the codes
 // below; the Go side maps them to sentinels.
@@ -297,45 +301,74 @@ end
 return out
 `
 
-// scriptAcquire: KEYS[1] the lease key; ARGV base, owner, ttl (ms).
-// Returns {1, token, owner, ttl} when acquired (or already held by owner,
-// whose token stays), {0, token, owner, remaining ttl} when another holds it.
-const scriptAcquire = `
-local base = ARGV[1]
-local cur = redis.call('GET', KEYS[1])
-if cur then
-  local tok, own = string.match(cur, '^(%d+) (.*)$')
-  if own ~= ARGV[2] then return {0, tok, own, redis.call('PTTL', KEYS[1])} end
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  return {1, tok, own, tonumber(ARGV[3])}
+// luaLease is prepended to the lease scripts: parse reads a lease's value,
+// "<token> @<proc>.<epoch> <owner>" (live while the heartbeat of proc holds
+// epoch), or an earlier version's "<token> <owner>" (with a TTL; stamp
+// ”). parseLease in lease.go reads it the same way.
+const luaLease = `
+local function parse(v)
+  local tok, stamp, own = string.match(v, '^(%d+) @([^ ]*%.[^ ]*) (.*)$')
+  if tok then return tok, stamp, own end
+  tok, own = string.match(v, '^(%d+) (.*)$')
+  return tok, '', own
 end
-local tok = tostring(redis.call('INCR', base .. 'f'))
-redis.call('SET', KEYS[1], tok .. ' ' .. ARGV[2], 'PX', ARGV[3])
-return {1, tok, ARGV[2], tonumber(ARGV[3])}
 `
 
-// scriptRenew: KEYS[1] the lease key; ARGV base, token, owner, ttl (ms).
-// A lease that expired is renewed as long as nobody acquired it since
-// (the fencing counter still equals its token).
-const scriptRenew = `
-local want = ARGV[2] .. ' ' .. ARGV[3]
-local cur = redis.call('GET', KEYS[1])
-if cur == want then
-  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+// scriptBeat: KEYS[1] a Store's heartbeat key; ARGV epoch, next epoch, ttl
+// (ms). Returns 1 if the heartbeat still held epoch (its TTL raised to ttl
+// if lower), 0 if it had lapsed: it then holds the next epoch, for ttl.
+const scriptBeat = `
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  end
   return 1
 end
-if not cur and redis.call('GET', ARGV[1] .. 'f') == ARGV[2] then
-  redis.call('SET', KEYS[1], want, 'PX', ARGV[4])
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 0
+`
+
+// scriptAcquire: KEYS[1] the lease key; ARGV base, owner, stamp, and the
+// value of a lease the caller found dead (its heartbeat gone), or ”.
+// Returns {1, token, owner} when acquired (or already held by owner, whose
+// token stays and whose lease is re-stamped), else {0, token, owner,
+// stamp, value, remaining ttl}: the caller checks the stamp's heartbeat
+// and may call again with the value.
+const scriptAcquire = luaLease + `
+local base = ARGV[1]
+local cur = redis.call('GET', KEYS[1])
+if cur and cur ~= ARGV[4] then
+  local tok, stamp, own = parse(cur)
+  if own ~= ARGV[2] then return {0, tok, own, stamp, cur, redis.call('PTTL', KEYS[1])} end
+  redis.call('SET', KEYS[1], tok .. ' @' .. ARGV[3] .. ' ' .. own)
+  return {1, tok, own}
+end
+local tok = tostring(redis.call('INCR', base .. 'f'))
+redis.call('SET', KEYS[1], tok .. ' @' .. ARGV[3] .. ' ' .. ARGV[2])
+return {1, tok, ARGV[2]}
+`
+
+// scriptRestamp: KEYS[1] the lease key; ARGV base, token, owner, stamp.
+// Stamps the lease with the caller's live heartbeat epoch, as long as
+// nobody acquired the session since the lease was taken (the fencing
+// counter still equals its token).
+const scriptRestamp = `
+local want = ARGV[2] .. ' @' .. ARGV[4] .. ' ' .. ARGV[3]
+local cur = redis.call('GET', KEYS[1])
+if cur == want then return 1 end
+if redis.call('GET', ARGV[1] .. 'f') == ARGV[2] then
+  redis.call('SET', KEYS[1], want)
   return 1
 end
 return redis.error_reply('LEASELOST')
 `
 
 // scriptRelease: KEYS[1] the lease key; ARGV token, owner.
-const scriptRelease = `
+const scriptRelease = luaLease + `
 local cur = redis.call('GET', KEYS[1])
 if not cur then return 0 end
-if cur ~= ARGV[1] .. ' ' .. ARGV[2] then return redis.error_reply('LEASELOST') end
+local tok, _, own = parse(cur)
+if tok ~= ARGV[1] or own ~= ARGV[2] then return redis.error_reply('LEASELOST') end
 redis.call('DEL', KEYS[1])
 return 1
 `

@@ -77,7 +77,12 @@ type Store struct {
 	idx   map[string]*keyInfo // stream key → what this Store knows of it
 
 	tokMu  sync.Mutex
-	tokens map[string]uint64 // session → fencing token this Store holds
+	tokens map[string]heldLease // session → the lease this Store holds
+
+	hb heartbeat
+
+	liveMu sync.Mutex
+	live   map[string]liveSeen // proc → its heartbeat, as last seen live
 
 	hub *hub
 
@@ -86,6 +91,10 @@ type Store struct {
 }
 
 var _ eventlog.Store = (*Store)(nil)
+
+// heldLease is a lease this Store holds: its fencing token, and the epoch
+// of this Store's heartbeat it was last stamped with.
+type heldLease struct{ tok, epoch uint64 }
 
 // keyInfo is what a Store remembers of a stream key.
 type keyInfo struct {
@@ -199,7 +208,8 @@ var (
 	luaAppend        = rueidis.NewLuaScript(scriptAppend)
 	luaStreams       = rueidis.NewLuaScript(scriptStreams)
 	luaAcquire       = rueidis.NewLuaScript(scriptAcquire)
-	luaRenew         = rueidis.NewLuaScript(scriptRenew)
+	luaRestamp       = rueidis.NewLuaScript(scriptRestamp)
+	luaBeat          = rueidis.NewLuaScript(scriptBeat)
 	luaRelease       = rueidis.NewLuaScript(scriptRelease)
 	luaHolder        = rueidis.NewLuaScript(scriptHolder)
 	luaDeleteIndex   = rueidis.NewLuaScript(scriptDeleteIndex)
@@ -258,11 +268,14 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		maxB:    strconv.FormatInt(r.MaxBytes, 10),
 		graceMs: strconv.FormatInt(timeMs(r.TerminalGrace), 10),
 		idx:     make(map[string]*keyInfo),
-		tokens:  make(map[string]uint64),
+		tokens:  make(map[string]heldLease),
+		live:    make(map[string]liveSeen),
 	}
 	var nonce [9]byte
 	rand.Read(nonce[:])
-	s.batchPrefix = base64.RawURLEncoding.EncodeToString(nonce[:]) + ":"
+	proc := base64.RawURLEncoding.EncodeToString(nonce[:])
+	s.batchPrefix = proc + ":"
+	s.hb = heartbeat{key: opts.Prefix + ":h:" + proc, proc: proc, turn: make(chan struct{}, 1)}
 	s.hub = newHub(c, log)
 	return s, nil
 }
@@ -340,7 +353,7 @@ func (s *Store) channel(key string) string { return s.prefix + ":w:" + key }
 // token returns the fencing token this Store holds for sid, "0" if none.
 func (s *Store) token(sid string) string {
 	s.tokMu.Lock()
-	t := s.tokens[sid]
+	t := s.tokens[sid].tok
 	s.tokMu.Unlock()
 	return strconv.FormatUint(t, 10)
 }

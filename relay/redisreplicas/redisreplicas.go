@@ -86,7 +86,8 @@ func (c *cluster) RenewAll(ctx context.Context, sessions []string, leases []rela
 
 // Held reports whether anybody holds the session's lease (the relay asks
 // it, when a Cluster has it, before an idle reader looks up a session
-// another replica owns): one EXISTS, where a lookup runs three scripts
+// another replica owns): one GET while the owner's heartbeat is known to
+// live, where a lookup runs three scripts
 // (the session record, a lease acquisition, the list of its streams).
 func (c *cluster) Held(ctx context.Context, session string) (bool, error) {
 	return c.st.LeaseHeld(ctx, session)
