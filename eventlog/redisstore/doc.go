@@ -57,9 +57,9 @@
 //
 // AcquireLease makes a replica the session's owner and gives it a token
 // from the session's fencing counter, which only grows. A lease lives as
-// long as its owner Store's heartbeat, a key with a TTL that renewing any
-// lease refreshes: a Store holding thousands of leases renews them all
-// with one script (lease.go says how a lapse is handled). Once a
+// long as its owner's heartbeat, a key with a TTL that renewing any of the
+// owner's leases refreshes: a replica holding thousands of leases renews
+// them all with one script (lease.go says how a lapse is handled). Once a
 // session has a fencing counter, every write to it (CreateSession,
 // CreateStream, Append, UpdateSession; not DeleteSession) is accepted
 // only from a Store holding the session's current token, which it passes

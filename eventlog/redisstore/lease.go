@@ -48,14 +48,17 @@ func (s *Store) leaseArgs(ctx context.Context, session string, ttl time.Duration
 	return s.base(session) + "l", nil
 }
 
-// A lease is live while its owner Store's heartbeat lasts, not for a TTL of
+// A lease is live while its owner's heartbeat lasts, not for a TTL of
 // its own, so that keeping thousands of sessions is one heartbeat per
 // renewal round rather than one write per session:
 //
-//   - Every Store has a heartbeat key "<prefix>:h:<proc>" (proc: a nonce of
-//     the Store), whose value is the Store's epoch, with a TTL.
-//   - A lease's value is "<token> @<proc>.<epoch> <owner>", without a TTL:
-//     it is live while the heartbeat of proc holds that epoch.
+//   - Every owner has a heartbeat key "<prefix>:h:<id>" (id: a nonce of
+//     the owner in this Store), whose value is the owner's epoch, with a
+//     TTL. An owner is a replica process: the heartbeat is its own, not
+//     its Store's, so that an owner that stops renewing loses its leases
+//     even while another owner on the same Store renews its own.
+//   - A lease's value is "<token> @<id>.<epoch> <owner>", without a TTL:
+//     it is live while the heartbeat id holds that epoch.
 //   - A heartbeat that finds its key gone (it lapsed: the process was
 //     paused, Redis was out of reach) starts a new epoch. Every lease
 //     stamped with the old one is then dead, and the Store re-stamps each
@@ -74,10 +77,10 @@ func (s *Store) leaseArgs(ctx context.Context, session string, ttl time.Duration
 // AcquireLease makes owner the session's writer: it takes the lease if
 // nobody holds a live one, with a new token from the session's fencing
 // counter (INCR), or if owner already holds it, with the same token, and
-// refreshes this Store's heartbeat so that the lease lives at least ttl
-// from the call. Otherwise it returns a *HeldError. Every lease the Store
-// holds lives as long as the heartbeat: renewing one (RenewLease,
-// RenewLeases) keeps them all.
+// refreshes owner's heartbeat so that the lease lives at least ttl from
+// the call. Otherwise it returns a *HeldError. Every lease of owner lives
+// as long as its heartbeat: renewing one (RenewLease, RenewLeases) keeps
+// them all.
 //
 // From then on this Store's writes to the session carry the token, and
 // every Store's writes to it are refused with eventlog.ErrFenced unless
@@ -101,17 +104,18 @@ func (s *Store) acquire(ctx context.Context, session, owner string, ttl time.Dur
 	// it, then the heartbeat is refreshed: a session held by another
 	// replica costs one round trip, and a lease taken lives at least ttl
 	// from the beat, which is sent after this call began.
-	epoch := s.hb.epoch.Load()
-	if time.Now().UnixNano() >= s.hb.expires.Load() {
-		// No beat keeps it now (a new Store, or no lease to renew for a
+	hb := s.heartbeatOf(owner)
+	epoch := hb.epoch.Load()
+	if time.Now().UnixNano() >= hb.expires.Load() {
+		// No beat keeps it now (a new owner, or no lease to renew for a
 		// while): a lease stamped with it would be dead. Beat first.
-		if epoch, err = s.beat(ctx, ttl); err != nil {
+		if epoch, err = s.beat(ctx, hb, ttl); err != nil {
 			return Lease{}, err
 		}
 	}
 	expect := dead // the dead lease a retry may replace
 	for try := 0; ; try++ {
-		stamp := s.stamp(epoch)
+		stamp := hb.stamp(epoch)
 		v, err := s.exec(ctx, luaAcquire, lk, s.base(session), owner, stamp, expect).ToArray()
 		if err != nil {
 			return Lease{}, mapErr(err)
@@ -127,7 +131,7 @@ func (s *Store) acquire(ctx context.Context, session, owner string, ttl time.Dur
 		}
 		l := Lease{Owner: own, Token: tok}
 		if ok == 1 {
-			now, err := s.beat(ctx, ttl)
+			now, err := s.beat(ctx, hb, ttl)
 			if err != nil {
 				return Lease{}, err
 			}
@@ -139,9 +143,9 @@ func (s *Store) acquire(ctx context.Context, session, owner string, ttl time.Dur
 				continue
 			}
 			if now != epoch {
-				return Lease{}, errors.New("redisstore: AcquireLease: this Store's heartbeat keeps lapsing")
+				return Lease{}, errors.New("redisstore: AcquireLease: the owner's heartbeat keeps lapsing")
 			}
-			s.hold(session, tok, epoch)
+			s.hold(session, tok, hb, epoch)
 			return l, nil
 		}
 		if len(v) != 6 {
@@ -170,20 +174,20 @@ func (s *Store) acquire(ctx context.Context, session, owner string, ttl time.Dur
 }
 
 // hold records that this Store writes to session with token tok, under a
-// lease stamped with epoch.
-func (s *Store) hold(session string, tok, epoch uint64) {
+// lease stamped with hb's epoch.
+func (s *Store) hold(session string, tok uint64, hb *heartbeat, epoch uint64) {
 	s.tokMu.Lock()
-	s.tokens[session] = heldLease{tok: tok, epoch: epoch}
+	s.tokens[session] = heldLease{tok: tok, hb: hb, epoch: epoch}
 	s.tokMu.Unlock()
 }
 
 // stamped reports whether this Store stamped session's lease of token tok
-// with epoch.
-func (s *Store) stamped(session string, tok, epoch uint64) bool {
+// with hb's epoch.
+func (s *Store) stamped(session string, tok uint64, hb *heartbeat, epoch uint64) bool {
 	s.tokMu.Lock()
 	h, ok := s.tokens[session]
 	s.tokMu.Unlock()
-	return ok && h.tok == tok && h.epoch == epoch
+	return ok && h.tok == tok && h.hb == hb && h.epoch == epoch
 }
 
 // RenewLease keeps l for at least ttl more. It returns ErrLeaseLost if l
@@ -197,10 +201,10 @@ func (s *Store) RenewLease(ctx context.Context, session string, l Lease, ttl tim
 }
 
 // RenewLeases renews many leases at once: errs[i] is what RenewLease
-// would have returned for sessions[i] and leases[i]. While this Store's
-// heartbeat has not lapsed, that is the heartbeat alone, whatever the
-// number of leases; after a lapse, the leases are re-stamped, pipelined in
-// one round trip.
+// would have returned for sessions[i] and leases[i]. While the owners'
+// heartbeat has not lapsed (a replica's leases have one owner), that is
+// the heartbeat alone, whatever the number of leases; after a lapse, the
+// leases are re-stamped, pipelined in one round trip.
 func (s *Store) RenewLeases(ctx context.Context, sessions []string, leases []Lease, ttl time.Duration) []error {
 	errs := make([]error, len(sessions))
 	fail := func(err error) []error {
@@ -218,21 +222,37 @@ func (s *Store) RenewLeases(ctx context.Context, sessions []string, leases []Lea
 	if ttl < time.Millisecond {
 		return fail(errBadTTL)
 	}
-	epoch, err := s.beat(ctx, ttl)
-	if err != nil {
-		return fail(err)
+	type beaten struct {
+		hb    *heartbeat
+		epoch uint64
+		err   error
 	}
-	stamp := s.stamp(epoch)
+	owners := make(map[string]beaten, 1)
 	execs := make([]rueidis.LuaExec, 0, len(sessions))
 	at := make([]int, 0, len(sessions))
 	for i, session := range sessions {
+		owner := leases[i].Owner
 		switch {
 		case session == "":
 			errs[i] = errEmptyID
-		case !s.stamped(session, leases[i].Token, epoch):
+			continue
+		case owner == "":
+			errs[i] = errEmptyOwner
+			continue
+		}
+		o, ok := owners[owner]
+		if !ok {
+			o.hb = s.heartbeatOf(owner)
+			o.epoch, o.err = s.beat(ctx, o.hb, ttl)
+			owners[owner] = o
+		}
+		switch {
+		case o.err != nil:
+			errs[i] = o.err
+		case !s.stamped(session, leases[i].Token, o.hb, o.epoch):
 			b := s.base(session)
 			execs = append(execs, rueidis.LuaExec{Keys: []string{b + "l"},
-				Args: []string{b, strconv.FormatUint(leases[i].Token, 10), leases[i].Owner, stamp}})
+				Args: []string{b, strconv.FormatUint(leases[i].Token, 10), owner, o.hb.stamp(o.epoch)}})
 			at = append(at, i)
 		}
 	}
@@ -242,16 +262,17 @@ func (s *Store) RenewLeases(ctx context.Context, sessions []string, leases []Lea
 	for j, res := range luaRestamp.ExecMulti(ctx, s.c, execs...) {
 		i := at[j]
 		if errs[i] = mapErr(res.Error()); errs[i] == nil {
-			s.hold(sessions[i], leases[i].Token, epoch)
+			o := owners[leases[i].Owner]
+			s.hold(sessions[i], leases[i].Token, o.hb, o.epoch)
 		}
 	}
 	return errs
 }
 
-// heartbeat is a Store's own liveness, which its leases share.
+// heartbeat is an owner's liveness, which its leases share.
 type heartbeat struct {
-	key  string        // "<prefix>:h:<proc>"
-	proc string        // this Store's nonce, in its leases' stamps
+	key  string        // "<prefix>:h:<id>"
+	id   string        // the owner's nonce in this Store, in its leases' stamps
 	turn chan struct{} // one beat at a time (a lock a context can give up on)
 
 	// Written under turn.
@@ -263,14 +284,38 @@ type heartbeat struct {
 	ttl  time.Duration // the TTL that beat gave at least
 }
 
-// beat refreshes this Store's heartbeat so that it lasts at least ttl from
-// now and returns its epoch: leases stamped with it are live until then.
-// A heartbeat found gone starts a new epoch. A beat sent after this call
-// began, for at least ttl, serves it without another round trip, so that
-// concurrent renewals and acquisitions share one.
-func (s *Store) beat(ctx context.Context, ttl time.Duration) (uint64, error) {
+// heartbeatOf returns owner's heartbeat in this Store, made on first use.
+// Heartbeats not beaten for a minute are forgotten when there are many:
+// their leases are dead, and an owner that comes back gets a new one and
+// re-stamps its leases.
+func (s *Store) heartbeatOf(owner string) *heartbeat {
+	s.hbMu.Lock()
+	defer s.hbMu.Unlock()
+	if hb, ok := s.hbs[owner]; ok {
+		return hb
+	}
+	if len(s.hbs) >= 64 {
+		stale := time.Now().Add(-time.Minute).UnixNano()
+		for o, hb := range s.hbs {
+			if hb.expires.Load() < stale {
+				delete(s.hbs, o)
+			}
+		}
+	}
+	s.hbSeq++
+	id := s.proc + strconv.FormatUint(s.hbSeq, 10) // proc has a fixed length
+	hb := &heartbeat{key: s.prefix + ":h:" + id, id: id, turn: make(chan struct{}, 1)}
+	s.hbs[owner] = hb
+	return hb
+}
+
+// beat refreshes hb so that it lasts at least ttl from now and returns its
+// epoch: leases stamped with it are live until then. A heartbeat found
+// gone starts a new epoch. A beat sent after this call began, for at least
+// ttl, serves it without another round trip, so that concurrent renewals
+// and acquisitions share one.
+func (s *Store) beat(ctx context.Context, hb *heartbeat, ttl time.Duration) (uint64, error) {
 	asked := time.Now()
-	hb := &s.hb
 	select {
 	case hb.turn <- struct{}{}:
 	case <-ctx.Done():
@@ -291,7 +336,7 @@ func (s *Store) beat(ctx context.Context, ttl time.Duration) (uint64, error) {
 	if kept == 0 {
 		epoch++
 		hb.epoch.Store(epoch)
-		s.log.Info("redisstore: heartbeat had lapsed: leases are re-stamped before they are renewed", "epoch", epoch)
+		s.log.Info("redisstore: a heartbeat had lapsed: its leases are re-stamped before they are renewed", "heartbeat", hb.key, "epoch", epoch)
 	}
 	hb.sent, hb.ttl = sent, ttl
 	hb.expires.Store(max(hb.expires.Load(), sent.Add(ttl).UnixNano()))
@@ -301,9 +346,9 @@ func (s *Store) beat(ctx context.Context, ttl time.Duration) (uint64, error) {
 	return epoch, nil
 }
 
-// stamp is the stamp of this Store's leases in epoch: "<proc>.<epoch>".
-func (s *Store) stamp(epoch uint64) string {
-	return s.hb.proc + "." + strconv.FormatUint(epoch, 10)
+// stamp is the stamp of hb's leases in epoch: "<id>.<epoch>".
+func (hb *heartbeat) stamp(epoch uint64) string {
+	return hb.id + "." + strconv.FormatUint(epoch, 10)
 }
 
 // stampLive reports whether the heartbeat a lease's stamp names still
@@ -313,18 +358,18 @@ func (s *Store) stamp(epoch uint64) string {
 // replica forwarding to the owner, readers asking LeaseHeld) cost no
 // round trip for it.
 func (s *Store) stampLive(ctx context.Context, stamp string) (bool, time.Duration, error) {
-	proc, epoch, ok := strings.Cut(stamp, ".")
-	if !ok || proc == "" {
+	id, epoch, ok := strings.Cut(stamp, ".")
+	if !ok || id == "" {
 		return false, 0, ErrCorrupt
 	}
 	asked := time.Now()
 	s.liveMu.Lock()
-	seen, ok := s.live[proc]
+	seen, ok := s.live[id]
 	s.liveMu.Unlock()
 	if ok && seen.epoch == epoch && asked.Before(seen.until) {
 		return true, seen.until.Sub(asked), nil
 	}
-	key := s.prefix + ":h:" + proc
+	key := s.prefix + ":h:" + id
 	res := s.c.DoMulti(ctx, s.c.B().Get().Key(key).Build(), s.c.B().Pttl().Key(key).Build())
 	v, err := res[0].ToString()
 	if rueidis.IsRedisNil(err) {
@@ -350,7 +395,7 @@ func (s *Store) stampLive(ctx context.Context, stamp string) (bool, time.Duratio
 		}
 	}
 	if len(s.live) < maxLiveSeen {
-		s.live[proc] = liveSeen{epoch: epoch, until: asked.Add(left)}
+		s.live[id] = liveSeen{epoch: epoch, until: asked.Add(left)}
 	}
 	s.liveMu.Unlock()
 	return true, left, nil
@@ -360,7 +405,7 @@ func (s *Store) stampLive(ctx context.Context, stamp string) (bool, time.Duratio
 // replica process.
 const maxLiveSeen = 1024
 
-// liveSeen is another Store's heartbeat as last seen live.
+// liveSeen is an owner's heartbeat as last seen live.
 type liveSeen struct {
 	epoch string
 	until time.Time // it lives at least until then

@@ -454,10 +454,9 @@ func TestLeaseRestampRace(t *testing.T) {
 		t.Errorf("Holder = %+v, %v; want the owner's %+v", h, err, la)
 	}
 
-	// The acquirer takes it first. (Another owner: a's heartbeat now lasts
-	// a minute, for all its leases.)
-	a = open(t, srv, redisstore.Options{Prefix: prefix})
-	la, err = a.AcquireLease(ctx, "s2", "http://a", 50*time.Millisecond)
+	// The acquirer takes it first. (Another owner: http://a's heartbeat now
+	// lasts a minute, for all its leases.)
+	la, err = a.AcquireLease(ctx, "s2", "http://c", 50*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -512,5 +511,45 @@ func TestLeaseOfEarlierVersion(t *testing.T) {
 	}
 	if ttl, err := adm.Do(ctx, adm.B().Pttl().Key(prefix+":{s2}:l").Build()).AsInt64(); err != nil || ttl != -1 {
 		t.Errorf("the kept lease: PTTL %d, %v; want none: it lives by the heartbeat now", ttl, err)
+	}
+}
+
+// TestHeartbeatPerOwner: an owner that stops renewing loses its leases
+// when its heartbeat runs out, even while another owner on the same Store
+// keeps renewing its own (two relays on one Store, one of them closed).
+func TestHeartbeatPerOwner(t *testing.T) {
+	srv := redistest.Start(t)
+	a, b := pair(t, srv)
+	ctx := t.Context()
+	if _, err := a.AcquireLease(ctx, "gone", "http://a#1", 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	kept, err := a.AcquireLease(ctx, "kept", "http://a#2", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			if err := a.RenewLease(ctx, "kept", kept, time.Second); err != nil {
+				t.Errorf("RenewLease: %v", err)
+				return
+			}
+		}
+	})
+	waitNoLease(t, b, "gone")
+	close(done)
+	wg.Wait()
+	if _, err := b.AcquireLease(ctx, "gone", "http://b", time.Minute); err != nil {
+		t.Errorf("the lease of the owner that stopped renewing: %v, want it free", err)
+	}
+	if _, err := b.AcquireLease(ctx, "kept", "http://b", time.Minute); !errors.Is(err, redisstore.ErrLeaseHeld) {
+		t.Errorf("the lease still renewed: %v, want ErrLeaseHeld", err)
 	}
 }

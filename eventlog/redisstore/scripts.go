@@ -29,11 +29,11 @@ package redisstore
 //	                  run-length encoded: "<num>:<count>", oldest first
 //	P x        zset   terminal streams by terminal time
 //	P f        string the fencing counter (INCR), created by the first lease
-//	P l        string the lease: "<token> @<proc>.<epoch> <owner>", live
-//	                  while "<prefix>:h:<proc>", the owner Store's
-//	                  heartbeat (a string with a TTL, outside the tag),
-//	                  holds epoch; an earlier version's "<token> <owner>"
-//	                  has a TTL of its own (lease.go)
+//	P l        string the lease: "<token> @<id>.<epoch> <owner>", live
+//	                  while "<prefix>:h:<id>", the owner's heartbeat (a
+//	                  string with a TTL, outside the tag), holds epoch; an
+//	                  earlier version's "<token> <owner>" has a TTL of its
+//	                  own (lease.go)
 //
 // Errors are returned as error replies whose text is one of the codes
 // below; the Go side maps them to sentinels.
@@ -302,7 +302,7 @@ return out
 `
 
 // luaLease is prepended to the lease scripts: parse reads a lease's value,
-// "<token> @<proc>.<epoch> <owner>" (live while the heartbeat of proc holds
+// "<token> @<id>.<epoch> <owner>" (live while the heartbeat id holds
 // epoch), or an earlier version's "<token> <owner>" (with a TTL; stamp
 // ”). parseLease in lease.go reads it the same way.
 const luaLease = `
@@ -314,7 +314,7 @@ local function parse(v)
 end
 `
 
-// scriptBeat: KEYS[1] a Store's heartbeat key; ARGV epoch, next epoch, ttl
+// scriptBeat: KEYS[1] an owner's heartbeat key; ARGV epoch, next epoch, ttl
 // (ms). Returns 1 if the heartbeat still held epoch (its TTL raised to ttl
 // if lower), 0 if it had lapsed: it then holds the next epoch, for ttl.
 const scriptBeat = `

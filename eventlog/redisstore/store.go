@@ -79,10 +79,13 @@ type Store struct {
 	tokMu  sync.Mutex
 	tokens map[string]heldLease // session → the lease this Store holds
 
-	hb heartbeat
+	proc  string // this Store's nonce: heartbeat ids and batch IDs begin with it
+	hbMu  sync.Mutex
+	hbs   map[string]*heartbeat // owner → its heartbeat
+	hbSeq uint64
 
 	liveMu sync.Mutex
-	live   map[string]liveSeen // proc → its heartbeat, as last seen live
+	live   map[string]liveSeen // heartbeat id → the heartbeat, as last seen live
 
 	hub *hub
 
@@ -92,9 +95,13 @@ type Store struct {
 
 var _ eventlog.Store = (*Store)(nil)
 
-// heldLease is a lease this Store holds: its fencing token, and the epoch
-// of this Store's heartbeat it was last stamped with.
-type heldLease struct{ tok, epoch uint64 }
+// heldLease is a lease this Store holds: its fencing token, and the
+// heartbeat and epoch it was last stamped with.
+type heldLease struct {
+	tok   uint64
+	hb    *heartbeat
+	epoch uint64
+}
 
 // keyInfo is what a Store remembers of a stream key.
 type keyInfo struct {
@@ -270,12 +277,12 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		idx:     make(map[string]*keyInfo),
 		tokens:  make(map[string]heldLease),
 		live:    make(map[string]liveSeen),
+		hbs:     make(map[string]*heartbeat),
 	}
 	var nonce [9]byte
 	rand.Read(nonce[:])
 	proc := base64.RawURLEncoding.EncodeToString(nonce[:])
-	s.batchPrefix = proc + ":"
-	s.hb = heartbeat{key: opts.Prefix + ":h:" + proc, proc: proc, turn: make(chan struct{}, 1)}
+	s.proc, s.batchPrefix = proc, proc+":"
 	s.hub = newHub(c, log)
 	return s, nil
 }
