@@ -97,7 +97,10 @@
 // is never written again after CreateStream.
 //
 // Read after a cursor is one bounded iterator SeekGE plus k Next calls,
-// O(log n + k). Streams is answered from memory. DeleteSession is four
+// O(log n + k), except that the events of each stream's last append are
+// also published in memory with its record, within a store-wide budget
+// (tail.go): a reader following a stream gets what was just appended
+// without an iterator. Streams is answered from memory. DeleteSession is four
 // range deletions plus one point deletion, whatever the session holds.
 // Open reads the "S", "i", "s" and "o" records, never events, to rebuild
 // every session's counters and append-order runs. A format 1 directory

@@ -25,3 +25,32 @@ func (s *Store) Settle(timeout time.Duration) error {
 		}
 	}
 }
+
+// DropTails forgets every stream's published tail, so that Read finds
+// every event in Pebble.
+func (s *Store) DropTails() {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, st := range s.streams {
+		st.pubMu.Lock()
+		st.pubTail = nil
+		st.pubMu.Unlock()
+	}
+}
+
+// TailBytes is what the published tails hold: Data and per-event cost.
+func (s *Store) TailBytes() (n int64) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, st := range s.streams {
+		st.pubMu.Lock()
+		for _, e := range st.pubTail {
+			n += int64(len(e.Data)) + eventOverhead
+		}
+		st.pubMu.Unlock()
+	}
+	return n
+}
+
+// TailBudget is tailBudget.
+const TailBudget = tailBudget

@@ -161,6 +161,8 @@ type Store struct {
 	termMu   sync.Mutex
 	terminal termHeap // terminal streams of all sessions by terminal time
 
+	tails tailCache // the newest events of streams, for readers (see tailCache)
+
 	fsync prometheus.Histogram // Pebble's WAL fsync latencies, in nanoseconds
 
 	// Events and bytes of event data retained across sessions, kept with
@@ -269,12 +271,18 @@ type stream struct {
 	// known to be durable (an fsync followed its commit).
 	floor, synced uint64
 
+	// tail: the events the current write appends, with their Data
+	// copied, published with it as pubTail; nil when not cached (see
+	// tailCache). Guarded by sess.mu.
+	tail []eventlog.Event
+
 	// What readers see: the record as of the last committed write.
 	pubMu     sync.Mutex
 	pubState  uint8
 	pub       eventlog.Stream
 	pubTermAt int64
 	pubHoles  []hole
+	pubTail   []eventlog.Event // the events of the last committed append, if cached; never modified
 }
 
 func (st *stream) retained() int {
@@ -813,10 +821,12 @@ func (s *Store) Session(ctx context.Context, id string) (*eventlog.Session, erro
 	return sess, err
 }
 
-// Read implements [eventlog.Log] with one iterator SeekGE, O(log n + k).
-// It returns only committed events (under SyncAlways: durable ones), as
-// the record last published by a write says; the events' Data are copies,
-// packed into a few shared allocations. A Read that races an eviction
+// Read implements [eventlog.Log] with one iterator SeekGE, O(log n + k),
+// or from memory for a cursor inside the stream's last append (its tail,
+// see tailCache). It returns only committed events (under SyncAlways:
+// durable ones), as the record last published by a write says; the
+// events' Data are copies, packed into a few shared allocations (a tail's
+// are shared, read-only, by its readers). A Read that races an eviction
 // reports as FirstSeq the first event it actually found.
 func (s *Store) Read(ctx context.Context, key string, after uint64, limit int, buf []eventlog.Event) (eventlog.Stream, []eventlog.Event, error) {
 	buf = buf[:0]
@@ -828,7 +838,9 @@ func (s *Store) Read(ctx context.Context, key string, after uint64, limit int, b
 	if st == nil {
 		return eventlog.Stream{}, buf, eventlog.ErrNotFound
 	}
-	rec, terminalAt, state := st.published()
+	st.pubMu.Lock()
+	rec, terminalAt, state, tail := st.pub, st.pubTermAt, st.pubState, st.pubTail
+	st.pubMu.Unlock()
 	if state != pubLive || expired(rec.Terminal, terminalAt, s.now(), s.ret.TerminalGrace) {
 		return eventlog.Stream{}, buf, eventlog.ErrNotFound
 	}
@@ -836,6 +848,13 @@ func (s *Store) Read(ctx context.Context, key string, after uint64, limit int, b
 		return rec, buf, nil
 	}
 	from := max(after+1, rec.FirstSeq)
+	if len(tail) > 0 && from >= tail[0].Seq && tail[len(tail)-1].Seq == rec.LastSeq {
+		// What was just appended, as readers following the stream ask
+		// for it: from memory, without an iterator. The tail holds the
+		// seqs up to rec.LastSeq without a gap, none of them evicted.
+		tail = tail[from-tail[0].Seq:]
+		return rec, append(buf, tail[:min(len(tail), limit)]...), nil
+	}
 	var bounds [2 * eventKeyLen]byte
 	lo := eventKey(bounds[:0], st.sessNum, st.num, from)
 	hi := eventKey(lo[len(lo):len(lo)], st.sessNum, st.num, rec.LastSeq+1)

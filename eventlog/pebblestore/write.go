@@ -121,10 +121,21 @@ func (s *Store) commit(t *txn, wo *pebble.WriteOptions) error {
 		if synced {
 			st.synced = st.rec.LastSeq
 		}
+		tail := st.tail
+		st.tail = nil
+		for len(tail) > 0 && tail[0].Seq < st.rec.FirstSeq {
+			tail = tail[1:] // evicted by the same write
+		}
+		if len(tail) == 0 {
+			tail = nil
+		}
 		st.pubMu.Lock()
 		created := st.pubState == pubPending
-		st.pubState, st.pub, st.pubTermAt, st.pubHoles = pubLive, st.rec, st.terminalAt, st.holes
+		st.pubState, st.pub, st.pubTermAt, st.pubHoles, st.pubTail = pubLive, st.rec, st.terminalAt, st.holes, tail
 		st.pubMu.Unlock()
+		if tail != nil {
+			s.tails.add(st, tail)
+		}
 		if created {
 			st.sess.viewMu.Lock()
 			st.sess.shown.add(st)
@@ -141,7 +152,7 @@ func (s *Store) commit(t *txn, wo *pebble.WriteOptions) error {
 func (s *Store) unpublish(dropped []*stream) {
 	for _, st := range dropped {
 		st.pubMu.Lock()
-		st.pubState = pubGone
+		st.pubState, st.pubTail = pubGone, nil
 		st.pubMu.Unlock()
 		st.sess.viewMu.Lock()
 		st.sess.shown.remove(st)
@@ -498,6 +509,7 @@ func (s *Store) appendEvents(t *txn, st *stream, terminal bool, events []eventlo
 		n += int64(len(e.Data))
 		r.sizes = append(r.sizes, uint32(len(e.Data)))
 	}
+	st.tail = tailOf(st.tail, events, n)
 	r.n += len(events)
 	t.putRun(ss, r)
 	st.rec.LastSeq = first + uint64(len(events)) - 1
