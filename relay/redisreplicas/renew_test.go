@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +23,7 @@ import (
 	"github.com/mcprelay/mcprelay/internal/mcptest"
 	"github.com/mcprelay/mcprelay/relay"
 	"github.com/mcprelay/mcprelay/relay/redisreplicas"
+	"github.com/redis/rueidis"
 )
 
 // slowRenew is a cluster whose renewals each take d: a Redis busy with the
@@ -398,4 +400,51 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// TestIdleRenewalsAreHeartbeats: a replica keeping 50 idle sessions for
+// three lease lifetimes (nine renewal rounds) runs a handful of scripts on
+// Redis, its heartbeats, not a renewal per session and round (450 with
+// per-session leases).
+func TestIdleRenewalsAreHeartbeats(t *testing.T) {
+	rds := redistest.Start(t)
+	h, srv := replica(t, rds, func(c relay.Cluster) relay.Cluster { return c })
+	const sessions = 50
+	for range sessions {
+		initialize(t, srv.URL)
+	}
+	adm, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{rds.Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	scripts := func() int {
+		info, err := adm.Do(t.Context(), adm.B().Info().Section("commandstats").Build()).ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for line := range strings.Lines(info) {
+			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+			if ok && (name == "cmdstat_evalsha" || name == "cmdstat_eval") {
+				calls, _, _ := strings.Cut(rest, ",")
+				c, err := strconv.Atoi(calls)
+				if err != nil {
+					t.Fatalf("commandstats line %q: %v", line, err)
+				}
+				n += c
+			}
+		}
+		return n
+	}
+	before := scripts()
+	time.Sleep(3 * time.Second) // 1 s leases, renewed every third of a second
+	if n := scripts() - before; n >= sessions {
+		t.Errorf("%d idle sessions kept for 3 s ran %d scripts on Redis, want fewer than one per session", sessions, n)
+	} else {
+		t.Logf("%d scripts in 3 s", n)
+	}
+	if n := h.Counts()["dropped"]; n != 0 {
+		t.Errorf("%d of %d sessions dropped", n, sessions)
+	}
 }
