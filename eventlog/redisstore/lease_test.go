@@ -3,7 +3,6 @@ package redisstore_test
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -294,6 +293,20 @@ func TestDeleteSessionUnfenced(t *testing.T) {
 	}
 }
 
+// acquireMany acquires sessions r0 to r<n-1> for http://a on st.
+func acquireMany(t *testing.T, st *redisstore.Store, n int, ttl time.Duration) (sessions []string, leases []redisstore.Lease) {
+	t.Helper()
+	for i := range n {
+		sid := fmt.Sprintf("r%d", i)
+		l, err := st.AcquireLease(t.Context(), sid, "http://a", ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sessions, leases = append(sessions, sid), append(leases, l)
+	}
+	return sessions, leases
+}
+
 // TestRenewLeases: many leases renewed in one call, each with the outcome
 // RenewLease would give it: held ones extended, one taken by another owner
 // since its expiry lost, an empty session id refused.
@@ -301,16 +314,7 @@ func TestRenewLeases(t *testing.T) {
 	srv := redistest.Start(t)
 	a, b := pair(t, srv)
 	ctx := t.Context()
-	var sessions []string
-	var leases []redisstore.Lease
-	for i := range 300 { // more than one batch of any size a caller picks
-		sid := fmt.Sprintf("r%d", i)
-		l, err := a.AcquireLease(ctx, sid, "http://a", 200*time.Millisecond)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sessions, leases = append(sessions, sid), append(leases, l)
-	}
+	sessions, leases := acquireMany(t, a, 300, 200*time.Millisecond) // more than one batch of any size a caller picks
 	time.Sleep(300 * time.Millisecond) // all expired; r7 is taken by b
 	if _, err := b.AcquireLease(ctx, "r7", "http://b", time.Minute); err != nil {
 		t.Fatal(err)
@@ -336,30 +340,6 @@ func TestRenewLeases(t *testing.T) {
 	}
 }
 
-// scriptCalls counts the scripts Redis has run (INFO commandstats): every
-// lease operation is one.
-func scriptCalls(t *testing.T, adm rueidis.Client) int {
-	t.Helper()
-	info, err := adm.Do(t.Context(), adm.B().Info().Section("commandstats").Build()).ToString()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for line := range strings.Lines(info) {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
-		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
-			continue
-		}
-		calls, _, _ := strings.Cut(rest, ",")
-		c, err := strconv.Atoi(calls)
-		if err != nil {
-			t.Fatalf("commandstats line %q: %v", line, err)
-		}
-		n += c
-	}
-	return n
-}
-
 // waitNoLease waits until nobody holds a live lease on sid: its owner's
 // heartbeat has run out.
 func waitNoLease(t *testing.T, st *redisstore.Store, sid string) {
@@ -382,26 +362,16 @@ func waitNoLease(t *testing.T, st *redisstore.Store, sid string) {
 // it holds, and they stay held.
 func TestRenewalIsOneHeartbeat(t *testing.T) {
 	srv := redistest.Start(t)
-	adm := admin(t, srv)
 	a, b := pair(t, srv)
 	ctx := t.Context()
-	var sessions []string
-	var leases []redisstore.Lease
-	for i := range 300 {
-		sid := fmt.Sprintf("r%d", i)
-		l, err := a.AcquireLease(ctx, sid, "http://a", time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sessions, leases = append(sessions, sid), append(leases, l)
-	}
-	before := scriptCalls(t, adm)
+	sessions, leases := acquireMany(t, a, 300, time.Minute)
+	before := srv.ScriptCalls(t)
 	for i, err := range a.RenewLeases(ctx, sessions, leases, time.Minute) {
 		if err != nil {
 			t.Fatalf("%s: %v", sessions[i], err)
 		}
 	}
-	if n := scriptCalls(t, adm) - before; n > 1 {
+	if n := srv.ScriptCalls(t) - before; n > 1 {
 		t.Errorf("renewing %d leases ran %d scripts, want 1 (the heartbeat)", len(sessions), n)
 	}
 	if err := a.RenewLease(ctx, "r3", leases[3], time.Minute); err != nil {

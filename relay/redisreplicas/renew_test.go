@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,7 +22,6 @@ import (
 	"github.com/mcprelay/mcprelay/internal/mcptest"
 	"github.com/mcprelay/mcprelay/relay"
 	"github.com/mcprelay/mcprelay/relay/redisreplicas"
-	"github.com/redis/rueidis"
 )
 
 // slowRenew is a cluster whose renewals each take d: a Redis busy with the
@@ -415,33 +413,9 @@ func TestIdleRenewalsAreHeartbeats(t *testing.T) {
 	for range sessions {
 		initialize(t, srv.URL)
 	}
-	adm, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{rds.Addr()}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer adm.Close()
-	scripts := func() int {
-		info, err := adm.Do(t.Context(), adm.B().Info().Section("commandstats").Build()).ToString()
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for line := range strings.Lines(info) {
-			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
-			if ok && (name == "cmdstat_evalsha" || name == "cmdstat_eval") {
-				calls, _, _ := strings.Cut(rest, ",")
-				c, err := strconv.Atoi(calls)
-				if err != nil {
-					t.Fatalf("commandstats line %q: %v", line, err)
-				}
-				n += c
-			}
-		}
-		return n
-	}
-	before := scripts()
+	before := rds.ScriptCalls(t)
 	time.Sleep(4 * time.Second)
-	if n := scripts() - before; n >= sessions {
+	if n := rds.ScriptCalls(t) - before; n >= sessions {
 		t.Errorf("%d idle sessions kept for 4 s ran %d scripts on Redis, want fewer than one per session", sessions, n)
 	} else {
 		t.Logf("%d scripts in 4 s", n)

@@ -13,6 +13,7 @@ package redistest
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -199,4 +200,55 @@ func (s *Server) Restart(t testing.TB) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("redistest: restart: %v", err)
+}
+
+// ScriptCalls returns how many scripts (EVAL and EVALSHA) the server has
+// run, from INFO commandstats: tests count a store's round trips with it.
+func (s *Server) ScriptCalls(t testing.TB) int {
+	t.Helper()
+	info, err := infoSection(s.Addr(), "commandstats")
+	if err != nil {
+		t.Fatalf("redistest: INFO commandstats: %v", err)
+	}
+	n := 0
+	for line := range strings.Lines(info) {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+			continue
+		}
+		calls, _, _ := strings.Cut(rest, ",")
+		c, err := strconv.Atoi(calls)
+		if err != nil {
+			t.Fatalf("redistest: commandstats line %q: %v", line, err)
+		}
+		n += c
+	}
+	return n
+}
+
+// infoSection runs INFO section on the server at addr and returns its text.
+func infoSection(addr, section string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := fmt.Fprintf(c, "*2\r\n$4\r\nINFO\r\n$%d\r\n%s\r\n", len(section), section); err != nil {
+		return "", err
+	}
+	r := bufio.NewReader(c)
+	head, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	size, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(head, "$")))
+	if !strings.HasPrefix(head, "$") || err != nil || size < 0 {
+		return "", fmt.Errorf("INFO answered %q", strings.TrimSpace(head))
+	}
+	body := make([]byte, size)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return "", err
+	}
+	return string(body), nil
 }
