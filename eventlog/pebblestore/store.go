@@ -271,9 +271,8 @@ type stream struct {
 	// known to be durable (an fsync followed its commit).
 	floor, synced uint64
 
-	// tail: the events the current write appends, with their Data
-	// copied, published with it as pubTail; nil when not cached (see
-	// tailCache). Guarded by sess.mu.
+	// tail: the events the current write appends, published with it as
+	// pubTail; nil when not cached (see tailCache). Guarded by sess.mu.
 	tail []eventlog.Event
 
 	// What readers see: the record as of the last committed write.
@@ -825,9 +824,10 @@ func (s *Store) Session(ctx context.Context, id string) (*eventlog.Session, erro
 // or from memory for a cursor inside the stream's last append (its tail,
 // see tailCache). It returns only committed events (under SyncAlways:
 // durable ones), as the record last published by a write says; the
-// events' Data are copies, packed into a few shared allocations (a tail's
-// are shared, read-only, by its readers). A Read that races an eviction
-// reports as FirstSeq the first event it actually found.
+// events' Data are copies, packed into a few shared allocations (a
+// tail's are the Data Append was given, shared read-only by its readers).
+// A Read that races an eviction reports as FirstSeq the first event it
+// actually found.
 func (s *Store) Read(ctx context.Context, key string, after uint64, limit int, buf []eventlog.Event) (eventlog.Stream, []eventlog.Event, error) {
 	buf = buf[:0]
 	if err := s.enter(ctx, false); err != nil {

@@ -1,6 +1,7 @@
 package pebblestore
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/mcprelay/mcprelay/eventlog"
@@ -27,23 +28,15 @@ const (
 	eventOverhead = 64
 )
 
-// tailOf returns the tail for a write that appends events (n bytes of
-// Data) after prev, the tail of an earlier append in the same write: their
-// Data copied into one allocation. nil if the append is too large to keep.
-func tailOf(prev, events []eventlog.Event, n int64) []eventlog.Event {
-	if n+int64(len(events))*eventOverhead > tailMax || (prev == nil && len(events) == 0) {
+// tailOf returns the tail of an append of events (n bytes of Data): a
+// copy of the slice, whose Data the store keeps as given, as the memory
+// store does (eventlog.Event: callers never modify it). nil if the append
+// is too large to keep.
+func tailOf(events []eventlog.Event, n int64) []eventlog.Event {
+	if len(events) == 0 || n+int64(len(events))*eventOverhead > tailMax {
 		return nil
 	}
-	tail := make([]eventlog.Event, len(prev), len(prev)+len(events))
-	copy(tail, prev)
-	arena := make([]byte, 0, n)
-	for _, e := range events {
-		k := len(arena)
-		arena = append(arena, e.Data...)
-		e.Data = arena[k:len(arena):len(arena)]
-		tail = append(tail, e)
-	}
-	return tail
+	return slices.Clone(events)
 }
 
 // tailCache keeps the published tails within tailBudget, dropping the

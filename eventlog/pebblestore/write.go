@@ -509,7 +509,7 @@ func (s *Store) appendEvents(t *txn, st *stream, terminal bool, events []eventlo
 		n += int64(len(e.Data))
 		r.sizes = append(r.sizes, uint32(len(e.Data)))
 	}
-	st.tail = tailOf(st.tail, events, n)
+	st.tail = tailOf(events, n)
 	r.n += len(events)
 	t.putRun(ss, r)
 	st.rec.LastSeq = first + uint64(len(events)) - 1

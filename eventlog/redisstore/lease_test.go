@@ -314,7 +314,8 @@ func TestRenewLeases(t *testing.T) {
 	srv := redistest.Start(t)
 	a, b := pair(t, srv)
 	ctx := t.Context()
-	sessions, leases := acquireMany(t, a, 300, 200*time.Millisecond) // more than one batch of any size a caller picks
+	// More than one batch of any size a caller picks.
+	sessions, leases := acquireMany(t, a, 300, 200*time.Millisecond)
 	time.Sleep(300 * time.Millisecond) // all expired; r7 is taken by b
 	if _, err := b.AcquireLease(ctx, "r7", "http://b", time.Minute); err != nil {
 		t.Fatal(err)
