@@ -106,7 +106,7 @@ func (s *Store) acquire(ctx context.Context, session, owner string, ttl time.Dur
 	// from the beat, which is sent after this call began.
 	hb := s.heartbeatOf(owner)
 	epoch := hb.epoch.Load()
-	if time.Now().UnixNano() >= hb.expires.Load() {
+	if mono(time.Now()) >= hb.expires.Load() {
 		// No beat keeps it now (a new owner, or no lease to renew for a
 		// while): a lease stamped with it would be dead. Beat first.
 		if epoch, err = s.beat(ctx, hb, ttl); err != nil {
@@ -277,12 +277,15 @@ type heartbeat struct {
 
 	// Written under turn.
 	epoch   atomic.Uint64 // the epoch of the live heartbeat, if it lives
-	expires atomic.Int64  // unix nanos: the heartbeat lives at least until then
-
-	// Guarded by turn.
-	sent time.Time     // when the last beat that succeeded was sent
-	ttl  time.Duration // the TTL that beat gave at least
+	expires atomic.Int64  // mono(): the heartbeat lives at least until then
 }
+
+// clockBase is mono's origin.
+var clockBase = time.Now()
+
+// mono is the process's monotonic clock in nanoseconds: a heartbeat's
+// expiry must not move when the wall clock is stepped.
+func mono(t time.Time) int64 { return int64(t.Sub(clockBase)) }
 
 // heartbeatOf returns owner's heartbeat in this Store, made on first use.
 // Heartbeats not beaten for a minute are forgotten when there are many:
@@ -295,7 +298,7 @@ func (s *Store) heartbeatOf(owner string) *heartbeat {
 		return hb
 	}
 	if len(s.hbs) >= 64 {
-		stale := time.Now().Add(-time.Minute).UnixNano()
+		stale := mono(time.Now().Add(-time.Minute))
 		for o, hb := range s.hbs {
 			if hb.expires.Load() < stale {
 				delete(s.hbs, o)
@@ -311,9 +314,9 @@ func (s *Store) heartbeatOf(owner string) *heartbeat {
 
 // beat refreshes hb so that it lasts at least ttl from now and returns its
 // epoch: leases stamped with it are live until then. A heartbeat found
-// gone starts a new epoch. A beat sent after this call began, for at least
-// ttl, serves it without another round trip, so that concurrent renewals
-// and acquisitions share one.
+// gone starts a new epoch. A heartbeat known to last ttl from when this
+// call began (a beat sent since, by a concurrent renewal or acquisition)
+// serves it without another round trip.
 func (s *Store) beat(ctx context.Context, hb *heartbeat, ttl time.Duration) (uint64, error) {
 	asked := time.Now()
 	select {
@@ -323,7 +326,7 @@ func (s *Store) beat(ctx context.Context, hb *heartbeat, ttl time.Duration) (uin
 	}
 	defer func() { <-hb.turn }()
 	epoch := hb.epoch.Load()
-	if !hb.sent.Before(asked) && hb.ttl >= ttl {
+	if hb.expires.Load() >= mono(asked.Add(ttl)) {
 		return epoch, nil
 	}
 	sent := time.Now()
@@ -338,11 +341,11 @@ func (s *Store) beat(ctx context.Context, hb *heartbeat, ttl time.Duration) (uin
 		hb.epoch.Store(epoch)
 		s.log.Info("redisstore: a heartbeat had lapsed: its leases are re-stamped before they are renewed", "heartbeat", hb.key, "epoch", epoch)
 	}
-	hb.sent, hb.ttl = sent, ttl
-	hb.expires.Store(max(hb.expires.Load(), sent.Add(ttl).UnixNano()))
-	if kept == 0 {
-		hb.expires.Store(sent.Add(ttl).UnixNano())
+	exp := mono(sent.Add(ttl))
+	if kept == 1 { // the script raises the TTL, never lowers it
+		exp = max(exp, hb.expires.Load())
 	}
+	hb.expires.Store(exp)
 	return epoch, nil
 }
 

@@ -487,7 +487,8 @@ func TestLeaseOfEarlierVersion(t *testing.T) {
 
 // TestHeartbeatPerOwner: an owner that stops renewing loses its leases
 // when its heartbeat runs out, even while another owner on the same Store
-// keeps renewing its own (two relays on one Store, one of them closed).
+// keeps renewing its own (two relays on one Store, one of them closed);
+// the renewed lease outlives its TTL several times over.
 func TestHeartbeatPerOwner(t *testing.T) {
 	srv := redistest.Start(t)
 	a, b := pair(t, srv)
@@ -495,7 +496,8 @@ func TestHeartbeatPerOwner(t *testing.T) {
 	if _, err := a.AcquireLease(ctx, "gone", "http://a#1", 100*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	kept, err := a.AcquireLease(ctx, "kept", "http://a#2", time.Second)
+	const keptTTL = 150 * time.Millisecond
+	kept, err := a.AcquireLease(ctx, "kept", "http://a#2", keptTTL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -508,13 +510,14 @@ func TestHeartbeatPerOwner(t *testing.T) {
 				return
 			case <-time.After(20 * time.Millisecond):
 			}
-			if err := a.RenewLease(ctx, "kept", kept, time.Second); err != nil {
+			if err := a.RenewLease(ctx, "kept", kept, keptTTL); err != nil {
 				t.Errorf("RenewLease: %v", err)
 				return
 			}
 		}
 	})
 	waitNoLease(t, b, "gone")
+	time.Sleep(4 * keptTTL)
 	close(done)
 	wg.Wait()
 	if _, err := b.AcquireLease(ctx, "gone", "http://b", time.Minute); err != nil {
